@@ -1,0 +1,33 @@
+"""rollball_jax: differentiable simulator of rolling balls and disks driven by internal masses.
+
+Importing the package enables float64 in JAX (``jax_enable_x64``): the paper's
+tolerances (1e-10 … 1e-12) are below float32 resolution.
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from . import geometry, rails, controls, forces, dynamics  # noqa: E402
+from .controls import (  # noqa: E402
+    AbstractControl,
+    ConstantControl,
+    CubicSplineControl,
+    FunctionControl,
+    PaperStep,
+    PiecewiseLinearControl,
+)
+from .errors import ConfigError, ModelError, RollballError, SimulationError  # noqa: E402
+from .forces import AbstractForce, ConstantForce, FunctionForce  # noqa: E402
+from .models import Ball, Disk  # noqa: E402
+from .rails import (  # noqa: E402
+    AbstractRail,
+    CircleRail,
+    EllipseRail,
+    FigureEightRail,
+    FunctionRail,
+    RailSet,
+    SpokeRail,
+)
+
+__version__ = "0.1.0"

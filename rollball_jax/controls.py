@@ -1,0 +1,208 @@
+"""Prescribed mass motion: rail accelerations θ̈(t) = u(t) (seed 001, eqs. 6.2, 7.2).
+
+Every control is an ``eqx.Module`` called as ``u = control(t)`` with ``t`` a scalar and
+``u`` of shape ``(n,)`` [rad/s² for angle-parametrised rails, length/s² for spokes].
+``control.kink_times`` lists the times where u(t) is not smooth; ``simulate`` makes the
+solver step exactly onto them (``shared/NOTES.md``: stepping across the kinks of (6.6)
+costs a high-order method its order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PyTree
+
+from .errors import ModelError, concrete
+
+
+class AbstractControl(eqx.Module):
+    """Base class: ``__call__(t) -> u`` of shape ``(n,)``; ``kink_times`` of shape ``(m,)``."""
+
+    def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, " n"]:
+        raise NotImplementedError
+
+    @property
+    def kink_times(self) -> Float[Array, " m"]:
+        """Times where u(t) or its derivatives jump (may be empty)."""
+        return jnp.zeros((0,))
+
+    @property
+    def size(self) -> int:
+        """Number of masses ``n`` the control drives."""
+        return int(jax.eval_shape(self, jnp.zeros(())).shape[0])
+
+
+class PaperStep(AbstractControl):
+    """Smoothed unit step of the paper (seed 001, eqs. 6.6 and 7.11).
+
+    ``u_i(t) = amplitude · sign_i · {1 for t ≤ t_a; (t_b − t)/(t_b − t_a) for t_a ≤ t ≤ t_b;
+    0 for t ≥ t_b}`` with t_a = 0.1, t_b = 0.2 in the paper ((t_b − t)/(t_b − t_a) = −10t + 2).
+    Use :meth:`ball` (all signs +1, eq. 7.11) or :meth:`disk` (signs (−1)^i, i = 1…n,
+    eq. 6.6). ``signs`` ``(n,)``; kinks at t_a and t_b.
+    """
+
+    signs: Float[Array, " n"]
+    amplitude: Float[Array, ""]
+    t_a: Float[Array, ""]
+    t_b: Float[Array, ""]
+
+    def __init__(self, signs, amplitude=1.0, t_a=0.1, t_b=0.2):
+        self.signs = jnp.atleast_1d(jnp.asarray(signs, dtype=jnp.float64))
+        self.amplitude = jnp.asarray(amplitude, dtype=jnp.float64)
+        self.t_a = jnp.asarray(t_a, dtype=jnp.float64)
+        self.t_b = jnp.asarray(t_b, dtype=jnp.float64)
+        ta, tb = concrete(self.t_a), concrete(self.t_b)
+        if ta is not None and tb is not None and not ta < tb:
+            raise ModelError(f"PaperStep needs t_a < t_b; got t_a={ta}, t_b={tb}")
+
+    @classmethod
+    def ball(cls, n: int, **kw) -> "PaperStep":
+        """(7.11): every mass accelerates the same way."""
+        return cls(jnp.ones(n), **kw)
+
+    @classmethod
+    def disk(cls, n: int, **kw) -> "PaperStep":
+        """(6.6): ``u_i`` carries the sign (−1)^i, i = 1…n."""
+        return cls(jnp.array([(-1.0) ** i for i in range(1, n + 1)]), **kw)
+
+    def __call__(self, t):
+        ramp = jnp.clip((self.t_b - t) / (self.t_b - self.t_a), 0.0, 1.0)
+        return self.amplitude * self.signs * ramp
+
+    @property
+    def kink_times(self):
+        return jnp.stack([self.t_a, self.t_b])
+
+
+class ConstantControl(AbstractControl):
+    """Constant rail accelerations ``u(t) = values`` ``(n,)`` (zeros hold rail speeds)."""
+
+    values: Float[Array, " n"]
+
+    def __init__(self, values):
+        self.values = jnp.atleast_1d(jnp.asarray(values, dtype=jnp.float64))
+
+    def __call__(self, t):
+        return self.values + 0.0 * t
+
+
+def _knots(knots, values, name):
+    knots = jnp.asarray(knots, dtype=jnp.float64)
+    values = jnp.asarray(values, dtype=jnp.float64)
+    if values.ndim == 1:
+        values = values[None]
+    if knots.ndim != 1 or knots.shape[0] < 2:
+        raise ModelError(f"{name} 'knots' must be a 1-D array of at least 2 times; got shape {knots.shape}")
+    if values.ndim != 2 or values.shape[1] != knots.shape[0]:
+        raise ModelError(
+            f"{name} 'values' must have shape (n, {knots.shape[0]}) (one row per mass); got {values.shape}"
+        )
+    k = concrete(knots)
+    if k is not None and np.any(np.diff(k) <= 0):
+        raise ModelError(f"{name} 'knots' must be strictly increasing; got {k.tolist()}")
+    return knots, values
+
+
+class PiecewiseLinearControl(AbstractControl):
+    """u(t) linear between knots: ``knots`` ``(K,)`` [time], ``values`` ``(n, K)``.
+
+    Constant beyond the end knots. Differentiable in ``values``; kinks at the knots.
+    """
+
+    knots: Float[Array, " K"]
+    values: Float[Array, "n K"]
+
+    def __init__(self, knots, values):
+        self.knots, self.values = _knots(knots, values, "PiecewiseLinearControl")
+
+    def __call__(self, t):
+        return jax.vmap(lambda v: jnp.interp(t, self.knots, v))(self.values)
+
+    @property
+    def kink_times(self):
+        return self.knots
+
+
+def _natural_spline_operator(knots: np.ndarray) -> np.ndarray:
+    """Matrix S with ``M = S @ y``: second derivatives of the natural cubic spline."""
+    k = knots.shape[0]
+    h = np.diff(knots)
+    a = np.zeros((k, k))
+    b = np.zeros((k, k))
+    a[0, 0] = a[-1, -1] = 1.0
+    for j in range(1, k - 1):
+        a[j, j - 1] = h[j - 1]
+        a[j, j] = 2.0 * (h[j - 1] + h[j])
+        a[j, j + 1] = h[j]
+        b[j, j - 1] = 6.0 / h[j - 1]
+        b[j, j] = -6.0 / h[j - 1] - 6.0 / h[j]
+        b[j, j + 1] = 6.0 / h[j]
+    return np.linalg.solve(a, b)
+
+
+class CubicSplineControl(AbstractControl):
+    """u(t) = natural cubic spline through ``(knots, values)``; ``values`` ``(n, K)``.
+
+    Constant (the end values) beyond the end knots. Exactly linear, hence
+    differentiable, in ``values``; the knot times themselves are fixed at construction
+    (the spline's second-derivative operator is precomputed from them).
+    """
+
+    knots: Float[Array, " K"]
+    values: Float[Array, "n K"]
+    operator: Float[Array, "K K"]
+
+    def __init__(self, knots, values):
+        self.knots, self.values = _knots(knots, values, "CubicSplineControl")
+        k = concrete(self.knots)
+        if k is None:
+            raise ModelError("CubicSplineControl knots must be concrete (not traced)")
+        self.operator = jnp.asarray(_natural_spline_operator(k))
+
+    def __call__(self, t):
+        knots = self.knots
+        tc = jnp.clip(t, knots[0], knots[-1])
+        j = jnp.clip(jnp.searchsorted(knots, tc, side="right") - 1, 0, knots.shape[0] - 2)
+        t0, t1 = knots[j], knots[j + 1]
+        h = t1 - t0
+        m = self.values @ self.operator.T  # (n, K) second derivatives
+        y0, y1 = self.values[:, j], self.values[:, j + 1]
+        m0, m1 = m[:, j], m[:, j + 1]
+        a = (t1 - tc) / h
+        b = (tc - t0) / h
+        return a * y0 + b * y1 + ((a**3 - a) * m0 + (b**3 - b) * m1) * h**2 / 6.0
+
+    @property
+    def kink_times(self):
+        return self.knots
+
+
+class FunctionControl(AbstractControl):
+    """User control ``fn(t, params) -> (n,)`` written with ``jax.numpy``.
+
+    ``kink_times``: times where ``fn`` is not smooth (stepped onto exactly).
+    """
+
+    params: PyTree
+    fn: Callable[[Array, Any], Array] = eqx.field(static=True)
+    kinks: Float[Array, " m"]
+
+    def __init__(self, fn, params=None, kink_times=()):
+        if not callable(fn):
+            raise ModelError("FunctionControl 'fn' must be callable: fn(t, params) -> (n,)")
+        self.fn = fn
+        self.params = params
+        self.kinks = jnp.asarray(kink_times, dtype=jnp.float64).reshape(-1)
+
+    def __call__(self, t):
+        return jnp.atleast_1d(self.fn(t, self.params))
+
+    @property
+    def kink_times(self):
+        return self.kinks

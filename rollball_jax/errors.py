@@ -1,0 +1,46 @@
+"""Exceptions raised by rollball_jax at its boundaries (construction, solving, config)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RollballError(Exception):
+    """Base class of every error raised by rollball_jax."""
+
+
+class ModelError(RollballError, ValueError):
+    """Invalid model, rail or control parameters (raised at construction)."""
+
+
+class SimulationError(RollballError, RuntimeError):
+    """A solve failed: step limit reached, step size collapsed or non-finite state.
+
+    Attributes
+    ----------
+    t_reached : float
+        Last time up to which the solution is valid.
+    cause : str
+        Solver's reason for stopping.
+    """
+
+    def __init__(self, message: str, t_reached: float = float("nan"), cause: str = ""):
+        super().__init__(message)
+        self.t_reached = t_reached
+        self.cause = cause
+
+
+class ConfigError(RollballError, ValueError):
+    """A configuration file or mapping is invalid; the message names the offending key."""
+
+
+def concrete(x):
+    """``x`` as a NumPy array, or ``None`` when ``x`` is a JAX tracer.
+
+    Validation only runs on concrete values: under ``jit``/``vmap``/``grad`` the
+    checks were made when the concrete model was built.
+    """
+    try:
+        return np.asarray(x)
+    except Exception:  # jax.errors.TracerArrayConversionError and friends
+        return None

@@ -1,0 +1,46 @@
+"""External force F_e(t) acting at the geometric centre, spatial frame (seed 001, eq. 5.21)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, PyTree
+
+
+class AbstractForce(eqx.Module):
+    """``force(t) -> F_e`` of shape ``(3,)`` [mass·length/time²], spatial frame."""
+
+    def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, "3"]:
+        raise NotImplementedError
+
+
+class ConstantForce(AbstractForce):
+    """Constant spatial force ``value`` ``(3,)``; the default is zero."""
+
+    value: Float[Array, "3"]
+
+    def __init__(self, value=(0.0, 0.0, 0.0)):
+        v = jnp.asarray(value, dtype=jnp.float64)
+        if v.shape != (3,):
+            raise ValueError(f"force value must have shape (3,); got {v.shape}")
+        self.value = v
+
+    def __call__(self, t):
+        return self.value + 0.0 * t
+
+
+class FunctionForce(AbstractForce):
+    """User force ``fn(t, params) -> (3,)`` (spatial frame), written with ``jax.numpy``."""
+
+    params: PyTree
+    fn: Callable[[Array, Any], Array] = eqx.field(static=True)
+
+    def __init__(self, fn, params=None):
+        self.fn = fn
+        self.params = params
+
+    def __call__(self, t):
+        return jnp.asarray(self.fn(t, self.params))

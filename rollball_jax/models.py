@@ -1,0 +1,297 @@
+"""Models: the rolling ball and the rolling disk as equinox modules (pytrees).
+
+Units are any consistent set (the paper's examples use m0 = r = g = 1). Vectors are in
+the body frame translated to the geometric centre (GC) unless stated.
+
+Both models validate their parameters when built from concrete values and raise
+:class:`~rollball_jax.errors.ModelError` naming the offending parameter. Models built
+inside ``jit``/``vmap``/``grad`` (traced values) skip the value checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from .controls import AbstractControl
+from .errors import ModelError, concrete
+from .forces import AbstractForce, ConstantForce
+from .rails import AbstractRail, RailSet
+
+
+def _scalar(x, name):
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.shape != ():
+        raise ModelError(f"'{name}' must be a scalar; got shape {x.shape}")
+    return x
+
+
+def _positive(x, name):
+    v = concrete(x)
+    if v is not None and (np.any(~np.isfinite(v)) or np.any(v <= 0)):
+        raise ModelError(f"'{name}' must be positive and finite; got {np.asarray(v).tolist()}")
+
+
+def _masses(masses, rails: RailSet):
+    masses = jnp.atleast_1d(jnp.asarray(masses, dtype=jnp.float64)) if masses is not None else jnp.zeros((0,))
+    if masses.ndim != 1:
+        raise ModelError(f"'masses' must be a 1-D array (n,); got shape {masses.shape}")
+    if masses.shape[0] != rails.size:
+        raise ModelError(
+            f"'masses' has {masses.shape[0]} entries but 'rails' describe {rails.size} rails: "
+            "give one rail per point mass"
+        )
+    _positive(masses, "masses")
+    return masses
+
+
+def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
+    r = concrete(radius)
+    c = concrete(chi0)
+    if r is None or c is None:
+        return
+    if not np.linalg.norm(c) < r:
+        raise ModelError(f"'chi0' (|χ0| = {np.linalg.norm(c):.6g}) must lie strictly inside the ball (r = {r})")
+    if rails.size == 0:
+        return
+    try:
+        reach = rails.max_distance()
+    except Exception:  # traced rail parameters
+        return
+    bad = np.nonzero(~(reach < r))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise ModelError(
+            f"rail of mass {i + 1} reaches |ζ(θ)| = {reach[i]:.6g} >= radius {float(r):.6g}: "
+            "every rail must stay strictly inside the ball"
+        )
+
+
+class Ball(eqx.Module):
+    """Rolling ball with static internal structure and point masses on rails (seed 001, sec. 4).
+
+    Attributes
+    ----------
+    m0 : ()            mass of the ball with its static internal structure.
+    radius : ()        ball radius r.
+    inertia : (3,)     principal moments (d1, d2, d3) of m0 about its CM, body axes E1..E3.
+    chi0 : (3,)        χ0, GC → CM of m0 (body frame).
+    g : ()             gravitational acceleration (gravity is −g e3 in the spatial frame).
+    masses : (n,)      point masses m_i.
+    rails : RailSet    rail ζ_i(θ_i) of each point mass (n rails, mass order).
+    force : AbstractForce  external force F_e(t) at the GC, spatial frame (default 0).
+
+    With no point masses this is the static-internal-structure ball (5.26), e.g. the
+    Chaplygin ball. Raises ``ModelError`` for non-positive masses, radius or moments,
+    moments violating the triangle inequality, a CM or rail not strictly inside the
+    ball (|ζ(θ)| ≥ r), or mismatched shapes.
+    """
+
+    m0: Float[Array, ""]
+    radius: Float[Array, ""]
+    inertia: Float[Array, "3"]
+    chi0: Float[Array, "3"]
+    g: Float[Array, ""]
+    masses: Float[Array, " n"]
+    rails: RailSet
+    force: AbstractForce
+
+    def __init__(
+        self,
+        m0: ArrayLike,
+        radius: ArrayLike,
+        inertia: ArrayLike,
+        chi0: ArrayLike = (0.0, 0.0, 0.0),
+        g: ArrayLike = 1.0,
+        masses: ArrayLike | None = None,
+        rails: Sequence[AbstractRail] | AbstractRail | RailSet = (),
+        force: AbstractForce | None = None,
+    ):
+        self.m0 = _scalar(m0, "m0")
+        self.radius = _scalar(radius, "radius")
+        self.g = _scalar(g, "g")
+        self.inertia = jnp.asarray(inertia, dtype=jnp.float64)
+        if self.inertia.shape != (3,):
+            raise ModelError(f"'inertia' must be (d1, d2, d3), shape (3,); got {self.inertia.shape}")
+        self.chi0 = jnp.asarray(chi0, dtype=jnp.float64)
+        if self.chi0.shape != (3,):
+            raise ModelError(f"'chi0' must have shape (3,); got {self.chi0.shape}")
+        self.rails = RailSet(rails)
+        self.masses = _masses(masses, self.rails)
+        self.force = ConstantForce() if force is None else force
+        if not isinstance(self.force, AbstractForce):
+            raise ModelError("'force' must be an AbstractForce (e.g. ConstantForce([Fx, Fy, Fz]))")
+        _positive(self.m0, "m0")
+        _positive(self.radius, "radius")
+        _positive(self.inertia, "inertia")
+        d = concrete(self.inertia)
+        if d is not None:
+            for i in range(3):
+                j, k = (i + 1) % 3, (i + 2) % 3
+                if d[i] > d[j] + d[k] + 1e-12 * d.sum():
+                    raise ModelError(
+                        f"'inertia' {d.tolist()} violates the triangle inequality d{i + 1} <= d{j + 1} + d{k + 1}"
+                    )
+        g_ = concrete(self.g)
+        if g_ is not None and not np.isfinite(g_):
+            raise ModelError("'g' must be finite")
+        _check_rails_inside(self.rails, self.radius, self.chi0)
+
+    @property
+    def n(self) -> int:
+        """Number of point masses."""
+        return self.rails.size
+
+    @property
+    def state_size(self) -> int:
+        """Length 2n + 9 of the state (7.1)."""
+        return 2 * self.n + 9
+
+    def state_labels(self) -> list[str]:
+        """Names of the state components in the paper's order (7.1)."""
+        n = self.n
+        return (
+            [f"theta{i + 1}" for i in range(n)]
+            + [f"theta{i + 1}_dot" for i in range(n)]
+            + ["q0", "q1", "q2", "q3", "Omega1", "Omega2", "Omega3", "z1", "z2"]
+        )
+
+    def initial_state(
+        self,
+        theta: ArrayLike | None = None,
+        theta_dot: ArrayLike | None = None,
+        q: ArrayLike = (1.0, 0.0, 0.0, 0.0),
+        Omega: ArrayLike = (0.0, 0.0, 0.0),
+        z: ArrayLike = (0.0, 0.0),
+    ) -> Float[Array, " 2n+9"]:
+        """Assemble x = [θ, θ̇, q, Ω, z] (7.1). Defaults: masses at θ = 0 at rest, ball at rest at the origin."""
+        n = self.n
+        theta = jnp.zeros(n) if theta is None else jnp.atleast_1d(jnp.asarray(theta, dtype=jnp.float64))
+        theta_dot = jnp.zeros(n) if theta_dot is None else jnp.atleast_1d(jnp.asarray(theta_dot, dtype=jnp.float64))
+        parts = {"theta": (theta, (n,)), "theta_dot": (theta_dot, (n,)), "q": (q, (4,)), "Omega": (Omega, (3,)), "z": (z, (2,))}
+        out = []
+        for name, (v, shape) in parts.items():
+            v = jnp.asarray(v, dtype=jnp.float64).reshape(-1) if n or name not in ("theta", "theta_dot") else jnp.zeros(0)
+            if v.shape != shape:
+                raise ModelError(f"initial '{name}' must have shape {shape}; got {v.shape}")
+            out.append(v)
+        qn = concrete(out[2])
+        if qn is not None and abs(np.linalg.norm(qn) - 1.0) > 1e-8:
+            raise ModelError(f"initial versor 'q' must have unit length; |q| = {np.linalg.norm(qn):.12g}")
+        return jnp.concatenate(out)
+
+    def vector_field(self, t, x, control: AbstractControl):
+        """f(t, x) of the ODE (7.2); see :func:`rollball_jax.dynamics.ball.ball_vector_field`."""
+        from .dynamics.ball import ball_vector_field
+
+        return ball_vector_field(t, x, self, control)
+
+
+class Disk(eqx.Module):
+    """Rolling disk: the ball's planar special case (seed 001, sec. 5.4).
+
+    The disk rolls in the e1–e3 plane about E2 (principal, orthogonal to the plane);
+    all rails lie in the body x–z plane (ζ_2 ≡ 0).
+
+    Attributes
+    ----------
+    m0, radius, g : ()  as for :class:`Ball`.
+    d2 : ()             polar moment of inertia of m0 about its CM (about E2).
+    chi0 : (3,)         χ0 = (x, 0, z); give (x, z) or (x, 0, z).
+    masses : (n,)       point masses.
+    rails : RailSet     planar rails (x–z plane of the body frame).
+    force : AbstractForce  F_e(t) at the GC, spatial frame; only F_e,1 enters (5.33).
+
+    Raises ``ModelError`` as :class:`Ball` does, and for a rail leaving the x–z plane.
+    """
+
+    m0: Float[Array, ""]
+    radius: Float[Array, ""]
+    d2: Float[Array, ""]
+    chi0: Float[Array, "3"]
+    g: Float[Array, ""]
+    masses: Float[Array, " n"]
+    rails: RailSet
+    force: AbstractForce
+
+    def __init__(
+        self,
+        m0: ArrayLike,
+        radius: ArrayLike,
+        d2: ArrayLike,
+        chi0: ArrayLike = (0.0, 0.0),
+        g: ArrayLike = 1.0,
+        masses: ArrayLike | None = None,
+        rails: Sequence[AbstractRail] | AbstractRail | RailSet = (),
+        force: AbstractForce | None = None,
+    ):
+        self.m0 = _scalar(m0, "m0")
+        self.radius = _scalar(radius, "radius")
+        self.d2 = _scalar(d2, "d2")
+        self.g = _scalar(g, "g")
+        chi0 = jnp.asarray(chi0, dtype=jnp.float64)
+        if chi0.shape == (2,):
+            chi0 = jnp.stack([chi0[0], 0.0 * chi0[0], chi0[1]])
+        if chi0.shape != (3,):
+            raise ModelError(f"'chi0' must be (x, z) or (x, 0, z); got shape {chi0.shape}")
+        c = concrete(chi0)
+        if c is not None and c[1] != 0.0:
+            raise ModelError("'chi0' of a disk must lie in the x–z plane (χ0_y = 0)")
+        self.chi0 = chi0
+        self.rails = RailSet(rails)
+        self.masses = _masses(masses, self.rails)
+        self.force = ConstantForce() if force is None else force
+        if not isinstance(self.force, AbstractForce):
+            raise ModelError("'force' must be an AbstractForce (e.g. ConstantForce([Fx, 0, 0]))")
+        _positive(self.m0, "m0")
+        _positive(self.radius, "radius")
+        _positive(self.d2, "d2")
+        _check_rails_inside(self.rails, self.radius, self.chi0)
+        self._check_planar()
+
+    def _check_planar(self):
+        if self.rails.size == 0:
+            return
+        try:
+            th = np.linspace(0.0, 2 * np.pi, 97)
+            pts = np.stack([np.asarray(self.rails.positions(jnp.full(self.n, t))) for t in th])
+        except Exception:
+            return
+        off = np.max(np.abs(pts[..., 1]), axis=0)
+        bad = np.nonzero(off > 1e-12)[0]
+        if bad.size:
+            raise ModelError(f"rail of mass {int(bad[0]) + 1} leaves the disk's x–z plane (|ζ_y| = {off[bad[0]]:.3g})")
+
+    @property
+    def n(self) -> int:
+        """Number of point masses."""
+        return self.rails.size
+
+    @property
+    def state_size(self) -> int:
+        """Length 2n + 2 of the state (6.1)."""
+        return 2 * self.n + 2
+
+    def state_labels(self) -> list[str]:
+        """Names of the state components in the paper's order (6.1)."""
+        n = self.n
+        return [f"theta{i + 1}" for i in range(n)] + [f"theta{i + 1}_dot" for i in range(n)] + ["phi", "phi_dot"]
+
+    def initial_state(self, theta=None, theta_dot=None, phi=0.0, phi_dot=0.0) -> Float[Array, " 2n+2"]:
+        """Assemble x = [θ, θ̇, φ, φ̇] (6.1), (6.4); φ̇_a = −ż_a / r."""
+        n = self.n
+        theta = jnp.zeros(n) if theta is None else jnp.atleast_1d(jnp.asarray(theta, dtype=jnp.float64))
+        theta_dot = jnp.zeros(n) if theta_dot is None else jnp.atleast_1d(jnp.asarray(theta_dot, dtype=jnp.float64))
+        if theta.shape != (n,) or theta_dot.shape != (n,):
+            raise ModelError(f"initial 'theta' and 'theta_dot' must have shape ({n},)")
+        return jnp.concatenate([theta, theta_dot, jnp.atleast_1d(jnp.asarray(phi, dtype=jnp.float64)), jnp.atleast_1d(jnp.asarray(phi_dot, dtype=jnp.float64))])
+
+    def vector_field(self, t, x, control: AbstractControl):
+        """f(t, x) of the ODE (6.2); see :func:`rollball_jax.dynamics.disk.disk_vector_field`."""
+        from .dynamics.disk import disk_vector_field
+
+        return disk_vector_field(t, x, self, control)

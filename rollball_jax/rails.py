@@ -1,0 +1,431 @@
+"""Rails: curves ζ(θ) along which the point masses move (seed 001, sec. 5.3, eq. 5.27).
+
+A rail is given in the body frame translated to the geometric centre (GC), in units of
+length. Every rail class holds its parameters with a leading axis ``k``: one row per
+point mass on a rail of that kind, so the dynamics evaluate all rails of one kind in a
+single vectorised call. Build one rail per mass (``k = 1``) or several at once, and pass
+them to a model in mass order; :class:`RailSet` groups rails of the same kind.
+
+Derivatives ζ′ = dζ/dθ and ζ″ = d²ζ/dθ² come from closed forms where they are cheap
+(circle, ellipse, figure-eight, spoke) and otherwise from nested forward-mode automatic
+differentiation of ζ (:meth:`AbstractRail.derivatives`), so any user curve works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PyTree
+
+from .errors import ModelError, concrete
+from .geometry import paper_rail_rotation
+
+# Number of θ samples used to check that a closed rail stays inside the ball.
+_CHECK_SAMPLES = 4097
+
+
+def _rows(x: ArrayLike, k: int | None, tail: tuple[int, ...], name: str) -> Array:
+    """``x`` as a float64 array of shape ``(k, *tail)``, broadcasting a single row."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.shape == tail:
+        x = x[None]
+    if x.ndim != len(tail) + 1 or x.shape[1:] != tail:
+        raise ModelError(f"rail parameter '{name}' must have shape {tail} or (k, *{tail}); got {x.shape}")
+    if k is not None and x.shape[0] != k:
+        if x.shape[0] == 1:
+            x = jnp.broadcast_to(x, (k, *tail))
+        else:
+            raise ModelError(f"rail parameter '{name}' has {x.shape[0]} rows, expected {k}")
+    return x
+
+
+def _count(*items: tuple[Any, int]) -> int:
+    """Common leading length ``k`` of parameters given as ``(value, trailing ndim)``.
+
+    ``None`` values are skipped; a parameter without a leading axis counts as 1.
+    """
+    sizes = set()
+    for value, tail in items:
+        if value is None:
+            continue
+        shape = np.shape(value)
+        sizes.add(int(shape[0]) if len(shape) > tail else 1)
+    sizes.discard(1)
+    if len(sizes) > 1:
+        raise ModelError(f"rail parameters have inconsistent numbers of rows: {sorted(sizes)}")
+    return sizes.pop() if sizes else 1
+
+
+class AbstractRail(eqx.Module):
+    """Base class of rails; parameters carry a leading axis of length ``k``.
+
+    Subclasses implement :meth:`point` (one row, scalar θ → ζ of shape ``(3,)``) and
+    may override :meth:`point_derivatives` with closed forms.
+    """
+
+    def point(self, theta: Float[Array, ""]) -> Float[Array, "3"]:
+        """ζ(θ) for one row of parameters (``self`` unbatched); body frame at the GC."""
+        raise NotImplementedError
+
+    def point_derivatives(
+        self, theta: Float[Array, ""]
+    ) -> tuple[Float[Array, "3"], Float[Array, "3"], Float[Array, "3"]]:
+        """``(ζ, ζ′, ζ″)`` at θ for one row, by nested forward-mode autodiff of ζ."""
+        one = jnp.ones_like(theta)
+
+        def first(th):
+            return jax.jvp(self.point, (th,), (one,))
+
+        (zeta, dzeta), (_, ddzeta) = jax.jvp(first, (theta,), (one,))
+        return zeta, dzeta, ddzeta
+
+    def point_derivatives_autodiff(self, theta):
+        """Same as the default :meth:`point_derivatives`; kept for testing closed forms."""
+        return AbstractRail.point_derivatives(self, theta)
+
+    @property
+    def size(self) -> int:
+        """Number of masses ``k`` on rails of this object."""
+        leaves = [x for x in jax.tree_util.tree_leaves(self) if eqx.is_array(x)]
+        return int(leaves[0].shape[0]) if leaves else 0
+
+    def theta_range(self) -> tuple[float, float]:
+        """Parameter interval covering the rail (closed rails: one period)."""
+        return (0.0, 2.0 * np.pi)
+
+    # ---- vectorised over rows -------------------------------------------------
+    def zeta(self, theta: Float[Array, " k"]) -> Float[Array, "k 3"]:
+        """ζ for every row at its own θ (``theta`` shape ``(k,)``)."""
+        return jax.vmap(lambda rail, th: rail.point(th))(self, theta)
+
+    def derivatives(
+        self, theta: Float[Array, " k"]
+    ) -> tuple[Float[Array, "k 3"], Float[Array, "k 3"], Float[Array, "k 3"]]:
+        """``(ζ, ζ′, ζ″)`` for every row, each of shape ``(k, 3)``."""
+        return jax.vmap(lambda rail, th: rail.point_derivatives(th))(self, theta)
+
+    def derivatives_autodiff(self, theta):
+        """``(ζ, ζ′, ζ″)`` by autodiff regardless of closed forms (for verification)."""
+        return jax.vmap(lambda rail, th: rail.point_derivatives_autodiff(th))(self, theta)
+
+    def max_distance(self) -> np.ndarray:
+        """Largest |ζ(θ)| over :meth:`theta_range`, per row, from dense sampling."""
+        lo, hi = self.theta_range()
+        th = np.linspace(lo, hi, _CHECK_SAMPLES)
+        pts = jax.vmap(lambda rail: jax.vmap(rail.point)(jnp.asarray(th)))(self)
+        return np.max(np.linalg.norm(np.asarray(pts), axis=-1), axis=-1)
+
+
+def _check_rotation(rotation: Array, name: str = "rotation") -> None:
+    r = concrete(rotation)
+    if r is None:
+        return
+    eye = np.eye(3)
+    err = np.max(np.abs(np.einsum("kji,kjl->kil", r, r) - eye), initial=0.0)
+    det = np.linalg.det(r) if r.size else np.ones(0)
+    if err > 1e-9 or np.any(det < 0):
+        raise ModelError(f"rail '{name}' must be a proper rotation matrix (orthonormal, det +1)")
+
+
+class _PlanarRail(AbstractRail):
+    """ζ(θ) = c + R p(θ) with ``p = (x(θ), 0, z(θ))`` in the rail frame's 1–3 plane."""
+
+    center: Float[Array, "k 3"]
+    rotation: Float[Array, "k 3 3"]
+
+    def planar(self, theta):
+        """``(p, p′, p″)`` in the rail frame, each ``(3,)``."""
+        raise NotImplementedError
+
+    def point(self, theta):
+        p, _, _ = self.planar(theta)
+        return self.center + self.rotation @ p
+
+    def point_derivatives(self, theta):
+        p, dp, ddp = self.planar(theta)
+        return self.center + self.rotation @ p, self.rotation @ dp, self.rotation @ ddp
+
+
+def _frame_args(k, center, rotation):
+    center = _rows(jnp.zeros(3) if center is None else center, k, (3,), "center")
+    rotation = _rows(jnp.eye(3) if rotation is None else rotation, k, (3, 3), "rotation")
+    _check_rotation(rotation)
+    return center, rotation
+
+
+class CircleRail(_PlanarRail):
+    """Circular rail ζ(θ) = c + R ρ (cos θ, 0, sin θ) (seed 001, eqs. 5.42, 6.5, 7.8).
+
+    Parameters (each with an optional leading axis ``k``):
+    ``radius`` ρ ``(k,)`` [length]; ``rotation`` R ``(k, 3, 3)``, columns = rail frame
+    axes in the body frame (default identity: the circle lies in the body x–z plane,
+    as the disk's rails (6.5)); ``center`` c ``(k, 3)`` [length, default 0].
+    Use :meth:`paper` for the spherical-coordinate + Frisvad orientation of (7.8)–(7.10).
+
+    Raises :class:`~rollball_jax.errors.ModelError` for non-positive radius, a rotation
+    that is not proper orthonormal, or inconsistent shapes.
+    """
+
+    radius: Float[Array, " k"]
+
+    def __init__(self, radius, rotation=None, center=None):
+        k = _count((radius, 0), (rotation, 2), (center, 1))
+        self.radius = _rows(radius, k, (), "radius")
+        self.center, self.rotation = _frame_args(k, center, rotation)
+        r = concrete(self.radius)
+        if r is not None and np.any(~(r > 0)):
+            raise ModelError(f"rail 'radius' must be positive; got {r.tolist()}")
+
+    @classmethod
+    def paper(cls, radius, v, center=None) -> "CircleRail":
+        """Circle of radius ``radius`` oriented by spherical coordinates ``v = (φ, θ, ρ)``.
+
+        Rotation ``B(ς(v))`` of seed 001, eqs. 7.8–7.10, with the Frisvad column order
+        verified in ``shared/NOTES.md``. ``v`` has shape ``(3,)`` or ``(k, 3)``.
+        """
+        v = jnp.asarray(v, dtype=jnp.float64)
+        rot = jax.vmap(paper_rail_rotation)(jnp.atleast_2d(v))
+        return cls(radius, rotation=rot, center=center)
+
+    def planar(self, theta):
+        c, s = jnp.cos(theta), jnp.sin(theta)
+        z = jnp.zeros_like(theta)
+        rho = self.radius
+        return (
+            rho * jnp.stack([c, z, s]),
+            rho * jnp.stack([-s, z, c]),
+            -rho * jnp.stack([c, z, s]),
+        )
+
+
+class EllipseRail(_PlanarRail):
+    """Elliptic rail ζ(θ) = c + R (a cos θ, 0, b sin θ).
+
+    ``a``, ``b``: semi-axes ``(k,)`` [length] along the rail frame's 1st and 3rd axes;
+    ``rotation``/``center`` as in :class:`CircleRail`. Raises ``ModelError`` for
+    non-positive semi-axes.
+    """
+
+    a: Float[Array, " k"]
+    b: Float[Array, " k"]
+
+    def __init__(self, a, b, rotation=None, center=None):
+        k = _count((a, 0), (b, 0), (rotation, 2), (center, 1))
+        self.a = _rows(a, k, (), "a")
+        self.b = _rows(b, k, (), "b")
+        self.center, self.rotation = _frame_args(k, center, rotation)
+        for name, val in (("a", self.a), ("b", self.b)):
+            v = concrete(val)
+            if v is not None and np.any(~(v > 0)):
+                raise ModelError(f"ellipse semi-axis '{name}' must be positive; got {v.tolist()}")
+
+    def planar(self, theta):
+        c, s = jnp.cos(theta), jnp.sin(theta)
+        z = jnp.zeros_like(theta)
+        a, b = self.a, self.b
+        return (
+            jnp.stack([a * c, z, b * s]),
+            jnp.stack([-a * s, z, b * c]),
+            jnp.stack([-a * c, z, -b * s]),
+        )
+
+
+class FigureEightRail(_PlanarRail):
+    """Figure-eight rail (lemniscate of Gerono): ζ(θ) = c + R (a cos θ, 0, b sin θ cos θ).
+
+    A closed curve with period 2π that crosses itself at ``c`` (θ = π/2, 3π/2); its
+    lobes reach ±a along the rail frame's 1st axis and ±b/2 along its 3rd.
+    ``a``, ``b`` ``(k,)`` [length] must be positive.
+    """
+
+    a: Float[Array, " k"]
+    b: Float[Array, " k"]
+
+    def __init__(self, a, b, rotation=None, center=None):
+        k = _count((a, 0), (b, 0), (rotation, 2), (center, 1))
+        self.a = _rows(a, k, (), "a")
+        self.b = _rows(b, k, (), "b")
+        self.center, self.rotation = _frame_args(k, center, rotation)
+        for name, val in (("a", self.a), ("b", self.b)):
+            v = concrete(val)
+            if v is not None and np.any(~(v > 0)):
+                raise ModelError(f"figure-eight parameter '{name}' must be positive; got {v.tolist()}")
+
+    def planar(self, theta):
+        c, s = jnp.cos(theta), jnp.sin(theta)
+        c2, s2 = jnp.cos(2 * theta), jnp.sin(2 * theta)
+        z = jnp.zeros_like(theta)
+        a, b = self.a, self.b
+        return (
+            jnp.stack([a * c, z, 0.5 * b * s2]),
+            jnp.stack([-a * s, z, b * c2]),
+            jnp.stack([-a * c, z, -2.0 * b * s2]),
+        )
+
+
+class SpokeRail(AbstractRail):
+    """Straight tube through the body: ζ(θ) = c + θ d, θ = arc length from ``c``.
+
+    ``direction`` d ``(k, 3)`` (normalised here), ``center`` c ``(k, 3)`` [length],
+    ``limits`` ``(k, 2)`` = (θ_min, θ_max), the tube's ends [length]. Both ends must lie
+    strictly inside the ball; a mass driven past an end makes ``simulate`` raise.
+    """
+
+    direction: Float[Array, "k 3"]
+    center: Float[Array, "k 3"]
+    limits: Float[Array, "k 2"]
+
+    def __init__(self, direction, limits, center=None):
+        k = _count((direction, 1), (limits, 1), (center, 1))
+        d = _rows(direction, k, (3,), "direction")
+        dn = concrete(d)
+        if dn is not None and np.any(np.linalg.norm(dn, axis=-1) == 0):
+            raise ModelError("spoke 'direction' must be non-zero")
+        self.direction = d / jnp.linalg.norm(d, axis=-1, keepdims=True)
+        self.limits = _rows(limits, k, (2,), "limits")
+        self.center = _rows(jnp.zeros(3) if center is None else center, k, (3,), "center")
+        lim = concrete(self.limits)
+        if lim is not None and np.any(~(lim[:, 0] < lim[:, 1])):
+            raise ModelError(f"spoke 'limits' must satisfy θ_min < θ_max; got {lim.tolist()}")
+
+    def point(self, theta):
+        return self.center + theta * self.direction
+
+    def point_derivatives(self, theta):
+        return self.point(theta), self.direction, jnp.zeros_like(self.direction)
+
+    def max_distance(self) -> np.ndarray:
+        c = np.asarray(self.center)
+        d = np.asarray(self.direction)
+        lim = np.asarray(self.limits)
+        ends = c[:, None, :] + lim[:, :, None] * d[:, None, :]
+        return np.max(np.linalg.norm(ends, axis=-1), axis=-1)  # |ζ| is convex in θ
+
+
+class FunctionRail(AbstractRail):
+    """A user-supplied rail ``fn(theta, params) -> (3,)``, written with ``jax.numpy``.
+
+    ``params`` is any pytree whose array leaves carry a leading axis ``k`` (one row per
+    mass; a pytree without that axis is treated as ``k = 1``). ζ′, ζ″ come from
+    autodiff. ``period`` is the θ-interval checked to stay inside the ball
+    (default ``(0, 2π)``). ``fn`` must be differentiable twice in ``theta``.
+    """
+
+    params: PyTree
+    fn: Callable[[Array, Any], Array] = eqx.field(static=True)
+    period: tuple[float, float] = eqx.field(static=True)
+
+    def __init__(self, fn, params=None, period=(0.0, 2.0 * np.pi), batched=False):
+        if not callable(fn):
+            raise ModelError("FunctionRail 'fn' must be callable: fn(theta, params) -> (3,)")
+        params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.float64), params)
+        if not batched:
+            params = jax.tree_util.tree_map(lambda x: x[None], params)
+        if params is None or not jax.tree_util.tree_leaves(params):
+            params = {"_k": jnp.zeros((1,))}
+        self.params = params
+        self.fn = fn
+        self.period = (float(period[0]), float(period[1]))
+        out = jax.eval_shape(lambda p: self.fn(jnp.zeros(()), p), jax.tree_util.tree_map(lambda x: x[0], params))
+        if out.shape != (3,):
+            raise ModelError(f"FunctionRail fn must return shape (3,), got {out.shape}")
+
+    def point(self, theta):
+        return self.fn(theta, self.params)
+
+    def theta_range(self):
+        return self.period
+
+
+class RailSet(eqx.Module):
+    """Rails of all point masses, in mass order, grouped by kind for vectorisation.
+
+    ``groups`` holds one rail object per kind (rows concatenated); ``order`` is the
+    static permutation taking the concatenated group rows back to mass order.
+    """
+
+    groups: tuple[AbstractRail, ...]
+    order: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, rails: Sequence[AbstractRail] | AbstractRail | "RailSet" = ()):
+        if isinstance(rails, RailSet):
+            self.groups, self.order = rails.groups, rails.order
+            return
+        if isinstance(rails, AbstractRail):
+            rails = [rails]
+        rails = list(rails)
+        for i, rail in enumerate(rails):
+            if not isinstance(rail, AbstractRail):
+                raise ModelError(f"rails[{i}] is not a rail (got {type(rail).__name__})")
+        buckets: dict[Any, list[tuple[int, AbstractRail]]] = {}
+        start = 0
+        for rail in rails:
+            key = jax.tree_util.tree_structure(rail)
+            buckets.setdefault(key, []).append((start, rail))
+            start += rail.size
+        groups, positions = [], []
+        for members in buckets.values():
+            rs = [r for _, r in members]
+            groups.append(rs[0] if len(rs) == 1 else jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *rs))
+            for s, r in members:
+                positions.extend(range(s, s + r.size))
+        self.groups = tuple(groups)
+        self.order = tuple(int(i) for i in np.argsort(np.asarray(positions, dtype=int))) if positions else ()
+
+    @property
+    def size(self) -> int:
+        """Number of point masses ``n``."""
+        return len(self.order)
+
+    def _split(self, theta):
+        out, start = [], 0
+        for g in self.groups:
+            k = g.size
+            out.append((g, theta[start : start + k]))
+            start += k
+        return out
+
+    def _theta_by_group(self, theta: Float[Array, " n"]) -> Float[Array, " n"]:
+        # mass order -> concatenated-group order
+        inverse = np.argsort(np.asarray(self.order, dtype=int))
+        return theta[inverse] if self.size else theta
+
+    def evaluate(
+        self, theta: Float[Array, " n"]
+    ) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"], Float[Array, "n 3"]]:
+        """``(ζ, ζ′, ζ″)`` for all masses, each ``(n, 3)``, body frame at the GC (5.27)."""
+        if self.size == 0:
+            e = jnp.zeros((0, 3))
+            return e, e, e
+        parts = [g.derivatives(th) for g, th in self._split(self._theta_by_group(theta))]
+        order = np.asarray(self.order, dtype=int)
+        return tuple(jnp.concatenate([p[j] for p in parts])[order] for j in range(3))
+
+    def positions(self, theta: Float[Array, " n"]) -> Float[Array, "n 3"]:
+        """ζ for all masses ``(n, 3)``."""
+        if self.size == 0:
+            return jnp.zeros((0, 3))
+        parts = [g.zeta(th) for g, th in self._split(self._theta_by_group(theta))]
+        return jnp.concatenate(parts)[np.asarray(self.order, dtype=int)]
+
+    def max_distance(self) -> np.ndarray:
+        """Largest |ζ| of each mass's rail, in mass order ``(n,)``."""
+        if self.size == 0:
+            return np.zeros(0)
+        d = np.concatenate([g.max_distance() for g in self.groups])
+        return d[np.asarray(self.order, dtype=int)]
+
+    def spokes(self) -> list[tuple[np.ndarray, SpokeRail]]:
+        """``(mass indices, SpokeRail group)`` pairs, for checking θ stays in the tube."""
+        out, start = [], 0
+        positions = np.argsort(np.asarray(self.order, dtype=int))  # group row -> mass
+        for g in self.groups:
+            if isinstance(g, SpokeRail):
+                out.append((positions[start : start + g.size], g))
+            start += g.size
+        return out

@@ -31,3 +31,6 @@ from .rails import (  # noqa: E402
 )
 
 __version__ = "0.1.0"
+
+from . import observables  # noqa: E402
+from .solve import Solution, integrate, simulate  # noqa: E402

@@ -1,0 +1,110 @@
+"""Observables of a state: orientation, positions in both frames, energy (seed 001, sec. 4, 5.1).
+
+All functions take one state ``x`` (paper ordering) and return arrays for that instant;
+vmap them over time (``Solution`` does). Frames: "body" means the body frame translated
+to the geometric centre (GC); "spatial" is the inertial frame whose e1–e2 plane passes
+through the GC (the GC has height 0, the contact point CP height −r).
+
+For the disk the GC position is z = z_a − r(φ − φ_a) (5.41): pass the initial values.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .dynamics.ball import ball_state_split
+from .geometry import rotation_matrix, rotation_about_e2
+from .models import Ball, Disk
+
+
+class Kinematics:
+    """θ, θ̇, Λ, Ω and the GC (spatial, (3,)) of one state, for either model."""
+
+    def __init__(self, model, x, z_a=0.0, phi_a=0.0):
+        n = model.n
+        if isinstance(model, Ball):
+            theta, theta_dot, q, omega, z = ball_state_split(x, n)
+            self.orientation = rotation_matrix(q)
+            self.omega = omega
+            self.gc = jnp.stack([z[0], z[1], jnp.zeros_like(z[0])])
+        elif isinstance(model, Disk):
+            theta, theta_dot, phi, phi_dot = x[:n], x[n : 2 * n], x[2 * n], x[2 * n + 1]
+            self.orientation = rotation_about_e2(phi)  # (5.29)
+            self.omega = jnp.stack([0.0 * phi_dot, -phi_dot, 0.0 * phi_dot])  # (5.30)
+            gc1 = z_a - model.radius * (phi - phi_a)  # (5.41)
+            self.gc = jnp.stack([gc1, jnp.zeros_like(gc1), jnp.zeros_like(gc1)])
+        else:
+            raise TypeError(f"no observables for model type {type(model).__name__}")
+        self.theta, self.theta_dot = theta, theta_dot
+
+
+def mass_positions_body(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, "n 3"]:
+    """ζ_i(θ_i): each point mass in the body frame translated to the GC, ``(n, 3)``."""
+    k = Kinematics(model, x, z_a, phi_a)
+    return model.rails.positions(k.theta)
+
+
+def _all_positions_body(model, theta):
+    m = jnp.concatenate([model.m0[None], model.masses])
+    zeta = jnp.concatenate([model.chi0[None], model.rails.positions(theta)])
+    return m, zeta
+
+
+def system_cm_body(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, "3"]:
+    """Total system CM Σ m_i ζ_i / M (i = 0…n, ζ0 = χ0), body frame at the GC, ``(3,)``."""
+    k = Kinematics(model, x, z_a, phi_a)
+    m, zeta = _all_positions_body(model, k.theta)
+    return jnp.sum(m[:, None] * zeta, axis=0) / jnp.sum(m)
+
+
+def to_spatial(model, x, v_body, z_a=0.0, phi_a=0.0):
+    """Spatial position z_GC + Λ v of body-frame-at-GC points ``v`` ``(..., 3)``."""
+    k = Kinematics(model, x, z_a, phi_a)
+    return k.gc + jnp.einsum("ij,...j->...i", k.orientation, v_body)
+
+
+def energy(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, ""]:
+    """Total energy T + V (seed 001, eqs. 5.3, 5.4), V relative to the GC's height.
+
+    T = ½ Σ m_i |Y_i|² + ½ ⟨Ω, 𝕀Ω⟩ with body velocities Y_i = Ω × (rΓ + ζ_i) + θ̇_i ζ′_i
+    (rolling: the GC moves with Ω × rΓ, 5.23), V = g Σ m_i ⟨ζ_i, Γ⟩; sums over i = 0…n.
+    """
+    k = Kinematics(model, x, z_a, phi_a)
+    zeta, dzeta, _ = model.rails.evaluate(k.theta)
+    m = jnp.concatenate([model.m0[None], model.masses])
+    zeta = jnp.concatenate([model.chi0[None], zeta])
+    zeta_dot = jnp.concatenate([jnp.zeros((1, 3)), k.theta_dot[:, None] * dzeta])
+    gamma = k.orientation[2]
+    r = model.radius
+    y = jnp.cross(k.omega, r * gamma + zeta) + zeta_dot
+    inertia = model.inertia if isinstance(model, Ball) else jnp.array([0.0, model.d2, 0.0])
+    kinetic = 0.5 * jnp.sum(m * jnp.sum(y * y, axis=-1)) + 0.5 * jnp.dot(k.omega, inertia * k.omega)
+    potential = model.g * jnp.sum(m * (zeta @ gamma))
+    return kinetic + potential
+
+
+def observables(model, x, z_a=0.0, phi_a=0.0) -> dict[str, Array]:
+    """All standard observables of one state, as a dict of arrays.
+
+    Keys: ``gc`` (3,), ``contact_point`` (3,), ``orientation`` (3, 3) (Λ, body → spatial),
+    ``omega_body`` (3,), ``omega_spatial`` (3,), ``masses_body`` (n, 3),
+    ``masses_spatial`` (n, 3), ``cm_body`` (3,), ``cm_spatial`` (3,), ``energy`` ().
+    """
+    k = Kinematics(model, x, z_a, phi_a)
+    m, zeta_all = _all_positions_body(model, k.theta)
+    cm_body = jnp.sum(m[:, None] * zeta_all, axis=0) / jnp.sum(m)
+    masses_body = zeta_all[1:]
+    lam = k.orientation
+    return {
+        "gc": k.gc,
+        "contact_point": k.gc - jnp.array([0.0, 0.0, 1.0]) * model.radius,
+        "orientation": lam,
+        "omega_body": k.omega,
+        "omega_spatial": lam @ k.omega,
+        "masses_body": masses_body,
+        "masses_spatial": k.gc + masses_body @ lam.T,
+        "cm_body": cm_body,
+        "cm_spatial": k.gc + lam @ cm_body,
+        "energy": energy(model, x, z_a, phi_a),
+    }

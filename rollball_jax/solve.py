@@ -1,0 +1,290 @@
+"""Solving: ``integrate`` (pure, jit/vmap/grad-able) and ``simulate`` (checked, with observables).
+
+Defaults: diffrax ``Dopri8`` (explicit Runge–Kutta of order 8 with an embedded error
+estimate), a PID step-size controller, and the control's kink times passed as jump
+times so steps land exactly on them (``shared/NOTES.md``: stepping across the kinks of
+(6.6)/(7.11) costs a high-order method its order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from functools import cached_property
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from . import observables as obs
+from .controls import AbstractControl
+from .errors import ModelError, SimulationError
+from .models import Ball, Disk
+
+DEFAULT_RTOL = 1e-10
+DEFAULT_ATOL = 1e-10
+DEFAULT_MAX_STEPS = 100_000
+DEFAULT_SAVE_POINTS = 401
+
+
+def default_solver() -> dfx.AbstractSolver:
+    """The default solver: ``diffrax.Dopri8()``."""
+    return dfx.Dopri8()
+
+
+def _term(model, control):
+    return dfx.ODETerm(lambda t, x, args: model.vector_field(t, x, control))
+
+
+def stepsize_controller(control: AbstractControl, rtol, atol, pcoeff=0.0, icoeff=1.0, dcoeff=0.0):
+    """PID controller wrapped so that steps land on the control's kink times (jump times)."""
+    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dcoeff=dcoeff)
+    kinks = control.kink_times
+    if kinks is None or kinks.shape[0] == 0:
+        return pid
+    return dfx.ClipStepSizeController(pid, jump_ts=kinks)
+
+
+def integrate(
+    model: Ball | Disk,
+    control: AbstractControl,
+    x0: Float[ArrayLike, " N"],
+    ts: Float[ArrayLike, " T"],
+    *,
+    t0: float | Array | None = None,
+    t1: float | Array | None = None,
+    solver: dfx.AbstractSolver | None = None,
+    rtol: float | Array = DEFAULT_RTOL,
+    atol: float | Array = DEFAULT_ATOL,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    dt0: float | Array | None = None,
+    adjoint: dfx.AbstractAdjoint | None = None,
+) -> dfx.Solution:
+    """Solve the model's ODE and return the raw ``diffrax.Solution`` (no checks).
+
+    A pure function of its array arguments: use it under ``jax.jit``, ``jax.vmap`` and
+    ``jax.grad``. ``ts`` ``(T,)`` are the save times (``t0``/``t1`` default to the
+    first/last of them). The solution's ``result`` tells success; failed members carry
+    ``inf`` after the failure time. ``solver`` default ``Dopri8``; ``adjoint`` default
+    diffrax's ``RecursiveCheckpointAdjoint``.
+    """
+    ts = jnp.asarray(ts, dtype=jnp.float64)
+    t0 = ts[0] if t0 is None else t0
+    t1 = ts[-1] if t1 is None else t1
+    solver = default_solver() if solver is None else solver
+    kwargs = {} if adjoint is None else {"adjoint": adjoint}
+    return dfx.diffeqsolve(
+        _term(model, control),
+        solver,
+        t0,
+        t1,
+        dt0,
+        jnp.asarray(x0, dtype=jnp.float64),
+        saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)]),
+        stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
+        max_steps=max_steps,
+        throw=False,
+        **kwargs,
+    )
+
+
+@eqx.filter_jit
+def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps, dt0):
+    sol = integrate(model, control, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0)
+    ys, y_end = sol.ys
+    return ys, sol.ts[1][-1], y_end[-1], sol.result._value, sol.stats
+
+
+_vmapped_observables = eqx.filter_jit(
+    jax.vmap(obs.observables, in_axes=(None, 0, None, None))
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Solution:
+    """A checked trajectory with its derived observables (NumPy arrays, time first).
+
+    Attributes: ``ts`` (T,), ``xs`` (T, N) states in the paper's order, ``model``,
+    ``control``, ``stats`` (``num_steps``, ``num_accepted_steps``,
+    ``num_rejected_steps``), ``wall_time`` [s, includes compilation on the first call],
+    ``solver``, ``rtol``, ``atol``, ``z_a``/``phi_a`` (disk GC offset, 5.41).
+    Observables (cached): ``gc``, ``contact_point``, ``orientation``, ``omega_body``,
+    ``omega_spatial``, ``masses_body``, ``masses_spatial``, ``cm_body``, ``cm_spatial``,
+    ``energy`` — see :func:`rollball_jax.observables.observables` for shapes/frames.
+    """
+
+    ts: np.ndarray
+    xs: np.ndarray
+    model: Any
+    control: Any
+    stats: dict
+    wall_time: float
+    solver: str
+    rtol: float
+    atol: float
+    z_a: float = 0.0
+    phi_a: float = 0.0
+
+    @cached_property
+    def _obs(self) -> dict[str, np.ndarray]:
+        out = _vmapped_observables(self.model, jnp.asarray(self.xs), self.z_a, self.phi_a)
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    def __getattr__(self, name):
+        if name in _OBS_KEYS:
+            return self._obs[name]
+        raise AttributeError(name)
+
+    @property
+    def state_labels(self) -> list[str]:
+        return self.model.state_labels()
+
+    @property
+    def n(self) -> int:
+        return self.model.n
+
+    @property
+    def theta(self) -> np.ndarray:
+        """Rail parameters θ ``(T, n)``."""
+        return self.xs[:, : self.n]
+
+    @property
+    def theta_dot(self) -> np.ndarray:
+        """Rail rates θ̇ ``(T, n)``."""
+        return self.xs[:, self.n : 2 * self.n]
+
+    @property
+    def x_final(self) -> np.ndarray:
+        return self.xs[-1]
+
+
+_OBS_KEYS = (
+    "gc",
+    "contact_point",
+    "orientation",
+    "omega_body",
+    "omega_spatial",
+    "masses_body",
+    "masses_spatial",
+    "cm_body",
+    "cm_spatial",
+    "energy",
+)
+
+
+def _check_spokes(model, ts, xs):
+    theta = xs[:, : model.n]
+    for masses, spoke in model.rails.spokes():
+        lim = np.asarray(spoke.limits)
+        th = theta[:, masses]
+        out = (th < lim[:, 0]) | (th > lim[:, 1])
+        if np.any(out):
+            k, j = np.argwhere(out)[0]
+            raise SimulationError(
+                f"mass {int(masses[j]) + 1} left the end of its spoke rail (θ = {th[k, j]:.6g} outside "
+                f"[{lim[j, 0]:.6g}, {lim[j, 1]:.6g}]) by t = {ts[k]:.6g}",
+                t_reached=float(ts[k]),
+                cause="rail left",
+            )
+
+
+def simulate(
+    model: Ball | Disk,
+    control: AbstractControl,
+    x0: Float[ArrayLike, " N"],
+    t_span: tuple[float, float] = (0.0, 20.0),
+    *,
+    ts: Float[ArrayLike, " T"] | None = None,
+    n_save: int = DEFAULT_SAVE_POINTS,
+    solver: dfx.AbstractSolver | None = None,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    dt0: float | None = None,
+    z_a: float = 0.0,
+) -> Solution:
+    """Simulate ``model`` driven by ``control`` from ``x0`` over ``t_span``.
+
+    Parameters
+    ----------
+    model : Ball or Disk
+    control : AbstractControl giving θ̈(t) ``(n,)`` (n = model.n; ignored when n = 0).
+    x0 : initial state in the paper's order, (7.1) for the ball, (6.1) for the disk.
+    t_span : (t0, t1).
+    ts : save times ``(T,)`` within t_span (default: ``n_save`` equally spaced points).
+    solver, rtol, atol, max_steps, dt0 : passed to ``diffrax.diffeqsolve`` (default
+        ``Dopri8``, 1e-10, 1e-10, 100 000, automatic initial step).
+    z_a : disk only, initial GC position along e1 (5.41).
+
+    Returns a :class:`Solution`. Compiles once per model structure (number and kinds of
+    rails, control type, solver, ``max_steps``); later calls with new values reuse it.
+
+    Raises
+    ------
+    ModelError : ``x0`` of the wrong length or non-finite, mismatched control size.
+    SimulationError : the solver stopped early (``max_steps`` reached, step size
+        collapsed, non-finite state) — the message names the time reached and the
+        cause — or a mass ran off the end of a spoke rail.
+    """
+    if not isinstance(model, (Ball, Disk)):
+        raise ModelError(f"model must be a Ball or Disk; got {type(model).__name__}")
+    x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
+    if x0.shape != (model.state_size,):
+        raise ModelError(
+            f"x0 must have length {model.state_size} ({', '.join(model.state_labels())}); got {x0.shape[0]}"
+        )
+    if not np.all(np.isfinite(x0)):
+        raise ModelError("x0 contains non-finite values")
+    if model.n and control.size != model.n:
+        raise ModelError(f"control drives {control.size} masses but the model has {model.n}")
+    t0, t1 = float(t_span[0]), float(t_span[1])
+    if not t1 > t0:
+        raise ModelError(f"t_span must satisfy t0 < t1; got {t_span}")
+    ts = np.linspace(t0, t1, n_save) if ts is None else np.asarray(ts, dtype=np.float64).reshape(-1)
+    if ts.size == 0 or ts[0] < t0 or ts[-1] > t1 or np.any(np.diff(ts) < 0):
+        raise ModelError("save times ts must be non-decreasing and lie within t_span")
+    solver = default_solver() if solver is None else solver
+    start = time.perf_counter()
+    ys, t_end, y_end, result, stats = _integrate_jit(
+        model, control, jnp.asarray(x0), jnp.asarray(ts), jnp.asarray(t0), jnp.asarray(t1), solver,
+        jnp.asarray(rtol, dtype=jnp.float64), jnp.asarray(atol, dtype=jnp.float64), int(max_steps),
+        None if dt0 is None else jnp.asarray(dt0, dtype=jnp.float64),
+    )
+    ys = np.asarray(ys)
+    wall = time.perf_counter() - start
+    stats = {k: int(v) for k, v in stats.items() if k in ("num_steps", "num_accepted_steps", "num_rejected_steps")}
+    code = int(result)
+    if code != int(dfx.RESULTS.successful._value):
+        cause = _result_message(code)
+        t_reached = float(t_end)
+        raise SimulationError(
+            f"solve failed at t = {t_reached:.9g} of [{t0:g}, {t1:g}]: {cause} "
+            f"(steps: {stats['num_accepted_steps']} accepted, {stats['num_rejected_steps']} rejected; "
+            f"max_steps={max_steps}, rtol={rtol:g}, atol={atol:g})",
+            t_reached=t_reached,
+            cause=cause,
+        )
+    if not np.all(np.isfinite(ys)):
+        bad = int(np.argmax(~np.all(np.isfinite(ys), axis=1)))
+        raise SimulationError(
+            f"non-finite state at t = {ts[bad]:.9g}", t_reached=float(ts[max(bad - 1, 0)]), cause="non-finite state"
+        )
+    _check_spokes(model, ts, ys)
+    phi_a = float(x0[2 * model.n]) if isinstance(model, Disk) else 0.0
+    return Solution(
+        ts=ts, xs=ys, model=model, control=control, stats=stats, wall_time=wall,
+        solver=type(solver).__name__, rtol=float(rtol), atol=float(atol), z_a=float(z_a), phi_a=phi_a,
+    )
+
+
+def _result_message(code: int) -> str:
+    """Human-readable message of a diffrax ``RESULTS`` code."""
+    for name, item in dfx.RESULTS._name_to_item.items():
+        if int(np.asarray(item._value)) == code:
+            message = dfx.RESULTS._index_to_message[code]
+            return f"{name}: {message}" if message else name
+    return f"diffrax result code {code}"

@@ -113,12 +113,24 @@ class AbstractRail(eqx.Module):
         """``(ζ, ζ′, ζ″)`` by autodiff regardless of closed forms (for verification)."""
         return jax.vmap(lambda rail, th: rail.point_derivatives_autodiff(th))(self, theta)
 
-    def max_distance(self) -> np.ndarray:
-        """Largest |ζ(θ)| over :meth:`theta_range`, per row, from dense sampling."""
+    def sample(self, num: int = _CHECK_SAMPLES) -> np.ndarray:
+        """Points ζ at ``num`` equally spaced θ over :meth:`theta_range`, shape ``(k, num, 3)``."""
         lo, hi = self.theta_range()
-        th = np.linspace(lo, hi, _CHECK_SAMPLES)
-        pts = jax.vmap(lambda rail: jax.vmap(rail.point)(jnp.asarray(th)))(self)
-        return np.max(np.linalg.norm(np.asarray(pts), axis=-1), axis=-1)
+        th = jnp.linspace(lo, hi, num)
+        return np.asarray(_sample_rows(self, th))
+
+    def max_distance(self) -> np.ndarray:
+        """Largest |ζ(θ)| over :meth:`theta_range`, per row ``(k,)``, from dense sampling.
+
+        Sampling 4097 points of a smooth closed curve underestimates the maximum by
+        a relative O(1e-7) at most.
+        """
+        return np.max(np.linalg.norm(self.sample(), axis=-1), axis=-1)
+
+
+@eqx.filter_jit
+def _sample_rows(rail, th):
+    return jax.vmap(lambda row: jax.vmap(row.point)(th))(rail)
 
 
 def _check_rotation(rotation: Array, name: str = "rotation") -> None:
@@ -299,6 +311,12 @@ class SpokeRail(AbstractRail):
     def point_derivatives(self, theta):
         return self.point(theta), self.direction, jnp.zeros_like(self.direction)
 
+    def sample(self, num: int = _CHECK_SAMPLES) -> np.ndarray:
+        s = np.linspace(0.0, 1.0, num)
+        lim = np.asarray(self.limits)
+        th = lim[:, :1] + (lim[:, 1:] - lim[:, :1]) * s  # (k, num)
+        return np.asarray(self.center)[:, None, :] + th[..., None] * np.asarray(self.direction)[:, None, :]
+
     def max_distance(self) -> np.ndarray:
         c = np.asarray(self.center)
         d = np.asarray(self.direction)
@@ -419,6 +437,13 @@ class RailSet(eqx.Module):
             return np.zeros(0)
         d = np.concatenate([g.max_distance() for g in self.groups])
         return d[np.asarray(self.order, dtype=int)]
+
+    def sample(self, num: int = 97) -> np.ndarray:
+        """Points of every rail over its θ range, in mass order, shape ``(n, num, 3)``."""
+        if self.size == 0:
+            return np.zeros((0, num, 3))
+        pts = np.concatenate([g.sample(num) for g in self.groups])
+        return pts[np.asarray(self.order, dtype=int)]
 
     def spokes(self) -> list[tuple[np.ndarray, SpokeRail]]:
         """``(mass indices, SpokeRail group)`` pairs, for checking θ stays in the tube."""

@@ -1,0 +1,98 @@
+"""Rolling disk: variational (5.40) vs Newtonian (5.46), and the paper's example (sec. 6)."""
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rollball_jax as rb
+from conftest import PAPER_DISK_X0
+
+rng = np.random.default_rng(2)
+
+
+def newton_phi_ddot(x, u1, m0, m1, r, r1, d2, g, fe1):
+    """φ̈ of the Newtonian derivation (5.46): one mass on a circle of radius r1, CM at the GC."""
+    th, thd, phi, phid = x
+    a = phi + th
+    num = fe1 * r + m1 * r1 * (np.cos(a) * (r * (phid + thd) ** 2 + g) + (r1 + r * np.sin(a)) * u1)
+    den = d2 + (m0 + m1) * r**2 + m1 * r1 * (r1 + 2 * r * np.sin(a))
+    return -num / den
+
+
+_vf = eqx.filter_jit(lambda model, x, ctl: model.vector_field(0.0, x, ctl))
+
+
+def _one_mass_disk(m0, m1, r, r1, d2, g, fe1):
+    return rb.Disk(m0, r, d2, (0.0, 0.0), g, [m1], [rb.CircleRail(r1)], force=rb.ConstantForce([fe1, 0.0, 0.7]))
+
+
+def test_variational_equals_newtonian_at_random_states():
+    # Identity (5.40) == (5.46); the only error is rounding: relative 1e-12.
+    for _ in range(50):
+        m0, m1, r, d2, g = rng.uniform(0.5, 2.0, size=5)
+        r1 = rng.uniform(0.05, 0.95) * r
+        fe1 = rng.normal()
+        disk = _one_mass_disk(m0, m1, r, r1, d2, g, fe1)
+        x = rng.normal(size=4) * [3, 2, 3, 2]
+        u1 = rng.normal()
+        ctl = rb.ConstantControl([u1])
+        ours = float(_vf(disk, jnp.asarray(x), ctl)[-1])
+        ref = newton_phi_ddot(x, u1, m0, m1, r, r1, d2, g, fe1)
+        assert abs(ours - ref) <= 1e-12 * max(1.0, abs(ref))
+
+
+def test_variational_and_newtonian_trajectories_agree():
+    m0, m1, r, r1, d2, g, fe1 = 1.0, 1.5, 1.0, 0.7, 0.8, 1.0, 0.2
+    disk = _one_mass_disk(m0, m1, r, r1, d2, g, fe1)
+    ctl = rb.PiecewiseLinearControl([0.0, 1.0, 2.0, 4.0], [[0.0, 2.0, -1.0, 0.0]])
+    x0 = np.array([0.3, 0.0, 0.0, 0.1])
+    ts = np.linspace(0, 8, 9)
+    ours = rb.simulate(disk, ctl, x0, (0, 8), ts=ts, rtol=1e-12, atol=1e-12)
+
+    # Newton's route written with jnp to run in the same solver
+    def newton_jnp(t, x, args):
+        th, thd, phi, phid = x
+        u = ctl(t)[0]
+        a = phi + th
+        num = fe1 * r + m1 * r1 * (jnp.cos(a) * (r * (phid + thd) ** 2 + g) + (r1 + r * jnp.sin(a)) * u)
+        den = d2 + (m0 + m1) * r**2 + m1 * r1 * (r1 + 2 * r * jnp.sin(a))
+        return jnp.stack([thd, u, phid, -num / den])
+
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(newton_jnp), dfx.Dopri8(), 0.0, 8.0, None, jnp.asarray(x0),
+        saveat=dfx.SaveAt(ts=ts),
+        stepsize_controller=dfx.ClipStepSizeController(dfx.PIDController(rtol=1e-12, atol=1e-12), jump_ts=ctl.kink_times),
+        max_steps=100000,
+    )
+    np.testing.assert_allclose(ours.xs, np.asarray(sol.ys), atol=1e-9)
+
+
+def test_paper_disk_matches_reference(paper_disk, reference):
+    ref = reference["disk"]
+    ts = np.asarray(ref["t_out"])
+    sol = rb.simulate(paper_disk, rb.PaperStep.disk(4), ref["x0"], (0.0, 20.0), ts=ts, rtol=1e-12, atol=1e-12)
+    expected = np.array([ref["states"][k] for k in ref["states"]])
+    err = np.abs(sol.xs - expected)
+    assert err.max() <= 1e-8, err.max(axis=1)
+    gc = np.array([ref["gc_position"][k] for k in ref["gc_position"]])
+    np.testing.assert_allclose(sol.gc[:, 0], gc, atol=1e-8)
+    np.testing.assert_allclose(PAPER_DISK_X0, ref["x0"])
+
+
+def test_disk_energy_balance(paper_disk):
+    # Energy balance (NOTES.md): with the masses held fixed (u = 0, θ̇ = 0) energy is conserved.
+    x0 = paper_disk.initial_state(theta=[-1.0, 0.5, 2.0, 0.1], phi=0.2, phi_dot=0.8)
+    sol = rb.simulate(paper_disk, rb.ConstantControl(np.zeros(4)), x0, (0, 20), rtol=1e-10, atol=1e-10)
+    e = sol.energy
+    assert np.max(np.abs(e - e[0])) <= 1e-8 * abs(e[0])
+
+
+def test_disk_rejects_rail_off_plane():
+    from rollball_jax.errors import ModelError
+
+    tilted = rb.CircleRail.paper(0.5, [0.3, 0.2, 1.0])
+    with pytest.raises(ModelError, match="x–z plane"):
+        rb.Disk(1.0, 1.0, 1.0, (0.0, 0.0), 1.0, [1.0], [tilted])

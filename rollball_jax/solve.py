@@ -94,6 +94,11 @@ def integrate(
 
 @eqx.filter_jit
 def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps, dt0):
+    # Shape checks run once, while tracing (shapes are static).
+    if model.n:
+        u_shape = jax.eval_shape(control, t0).shape
+        if u_shape != (model.n,):
+            raise ModelError(f"control returns u of shape {u_shape} but the model has {model.n} masses")
     sol = integrate(model, control, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0)
     ys, y_end = sol.ys
     return ys, sol.ts[1][-1], y_end[-1], sol.result._value, sol.stats
@@ -239,8 +244,6 @@ def simulate(
         )
     if not np.all(np.isfinite(x0)):
         raise ModelError("x0 contains non-finite values")
-    if model.n and control.size != model.n:
-        raise ModelError(f"control drives {control.size} masses but the model has {model.n}")
     t0, t1 = float(t_span[0]), float(t_span[1])
     if not t1 > t0:
         raise ModelError(f"t_span must satisfy t0 < t1; got {t_span}")
@@ -249,10 +252,12 @@ def simulate(
         raise ModelError("save times ts must be non-decreasing and lie within t_span")
     solver = default_solver() if solver is None else solver
     start = time.perf_counter()
+    # NumPy arrays (not Python floats) so that new values reuse the compiled solve.
+    f64 = np.float64
     ys, t_end, y_end, result, stats = _integrate_jit(
-        model, control, jnp.asarray(x0), jnp.asarray(ts), jnp.asarray(t0), jnp.asarray(t1), solver,
-        jnp.asarray(rtol, dtype=jnp.float64), jnp.asarray(atol, dtype=jnp.float64), int(max_steps),
-        None if dt0 is None else jnp.asarray(dt0, dtype=jnp.float64),
+        model, control, x0, ts, np.asarray(t0, f64), np.asarray(t1, f64), solver,
+        np.asarray(rtol, f64), np.asarray(atol, f64), int(max_steps),
+        None if dt0 is None else np.asarray(dt0, f64),
     )
     ys = np.asarray(ys)
     wall = time.perf_counter() - start

@@ -9,6 +9,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
+from .errors import ModelError
+
 
 class AbstractForce(eqx.Module):
     """``force(t) -> F_e`` of shape ``(3,)`` [mass·length/time²], spatial frame."""
@@ -25,7 +27,7 @@ class ConstantForce(AbstractForce):
     def __init__(self, value=(0.0, 0.0, 0.0)):
         v = jnp.asarray(value, dtype=jnp.float64)
         if v.shape != (3,):
-            raise ValueError(f"force value must have shape (3,); got {v.shape}")
+            raise ModelError(f"force value must have shape (3,); got {v.shape}")
         self.value = v
 
     def __call__(self, t):

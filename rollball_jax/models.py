@@ -71,7 +71,60 @@ def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
         )
 
 
-class Ball(eqx.Module):
+class AbstractModel(eqx.Module):
+    """Interface shared by every simulated system (ball, disk, rigid bodies).
+
+    A model is a pytree of parameters with: ``n`` (number of prescribed-motion masses),
+    ``state_size``, ``state_labels()``, ``vector_field(t, x, control)`` (pure, jittable),
+    ``observables(x, **context)`` (dict of arrays for one state), ``observable_context(x0, **kw)``
+    (constants the observables need, e.g. the disk's initial GC) and ``check_trajectory(ts, xs)``
+    (host-side checks after a solve, raising :class:`~rollball_jax.errors.SimulationError`).
+    """
+
+    @property
+    def n(self) -> int:
+        return 0
+
+    @property
+    def state_size(self) -> int:
+        raise NotImplementedError
+
+    def state_labels(self) -> list[str]:
+        raise NotImplementedError
+
+    def vector_field(self, t, x, control):
+        raise NotImplementedError
+
+    def observables(self, x, **context) -> dict:
+        return {}
+
+    def observable_context(self, x0, **kwargs) -> dict:
+        return {}
+
+    def check_trajectory(self, ts, xs) -> None:
+        return None
+
+
+def _check_spokes(model, ts, xs):
+    """Raise SimulationError if a mass ran past the end of its spoke rail."""
+    from .errors import SimulationError
+
+    theta = xs[:, : model.n]
+    for masses, spoke in model.rails.spokes():
+        lim = np.asarray(spoke.limits)
+        th = theta[:, masses]
+        out = (th < lim[:, 0]) | (th > lim[:, 1])
+        if np.any(out):
+            k, j = np.argwhere(out)[0]
+            raise SimulationError(
+                f"mass {int(masses[j]) + 1} left the end of its spoke rail (θ = {th[k, j]:.6g} outside "
+                f"[{lim[j, 0]:.6g}, {lim[j, 1]:.6g}]) by t = {ts[k]:.6g}",
+                t_reached=float(ts[k]),
+                cause="rail left",
+            )
+
+
+class Ball(AbstractModel):
     """Rolling ball with static internal structure and point masses on rails (seed 001, sec. 4).
 
     Attributes
@@ -190,8 +243,17 @@ class Ball(eqx.Module):
 
         return ball_vector_field(t, x, self, control)
 
+    def observables(self, x, **context):
+        """Observables of one state; see :func:`rollball_jax.observables.observables`."""
+        from .observables import observables
 
-class Disk(eqx.Module):
+        return observables(self, x)
+
+    def check_trajectory(self, ts, xs):
+        _check_spokes(self, ts, xs)
+
+
+class Disk(AbstractModel):
     """Rolling disk: the ball's planar special case (seed 001, sec. 5.4).
 
     The disk rolls in the e1–e3 plane about E2 (principal, orthogonal to the plane);
@@ -294,3 +356,16 @@ class Disk(eqx.Module):
         from .dynamics.disk import disk_vector_field
 
         return disk_vector_field(t, x, self, control)
+
+    def observables(self, x, z_a=0.0, phi_a=0.0):
+        """Observables of one state; GC at z = z_a − r(φ − φ_a) (5.41)."""
+        from .observables import observables
+
+        return observables(self, x, z_a, phi_a)
+
+    def observable_context(self, x0, z_a=0.0, **kwargs):
+        """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""
+        return {"z_a": float(z_a), "phi_a": float(np.asarray(x0)[2 * self.n])}
+
+    def check_trajectory(self, ts, xs):
+        _check_spokes(self, ts, xs)

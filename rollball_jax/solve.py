@@ -20,10 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from . import observables as obs
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError
-from .models import Ball, Disk
+from .models import AbstractModel, Ball, Disk
 
 DEFAULT_RTOL = 1e-10
 DEFAULT_ATOL = 1e-10
@@ -104,9 +103,9 @@ def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps
     return ys, sol.ts[1][-1], y_end[-1], sol.result._value, sol.stats
 
 
-_vmapped_observables = eqx.filter_jit(
-    jax.vmap(obs.observables, in_axes=(None, 0, None, None))
-)
+@eqx.filter_jit
+def _vmapped_observables(model, xs, context):
+    return jax.vmap(lambda x: model.observables(x, **context))(xs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +115,12 @@ class Solution:
     Attributes: ``ts`` (T,), ``xs`` (T, N) states in the paper's order, ``model``,
     ``control``, ``stats`` (``num_steps``, ``num_accepted_steps``,
     ``num_rejected_steps``), ``wall_time`` [s, includes compilation on the first call],
-    ``solver``, ``rtol``, ``atol``, ``z_a``/``phi_a`` (disk GC offset, 5.41).
-    Observables (cached): ``gc``, ``contact_point``, ``orientation``, ``omega_body``,
-    ``omega_spatial``, ``masses_body``, ``masses_spatial``, ``cm_body``, ``cm_spatial``,
-    ``energy`` — see :func:`rollball_jax.observables.observables` for shapes/frames.
+    ``solver``, ``rtol``, ``atol``, ``context`` (constants of the observables, e.g. the
+    disk's initial GC, 5.41). Observables are attributes computed on first use from
+    ``model.observables``; for the ball and disk: ``gc``, ``contact_point``,
+    ``orientation``, ``omega_body``, ``omega_spatial``, ``masses_body``,
+    ``masses_spatial``, ``cm_body``, ``cm_spatial``, ``energy`` — see
+    :func:`rollball_jax.observables.observables` for shapes and frames.
     """
 
     ts: np.ndarray
@@ -131,18 +132,21 @@ class Solution:
     solver: str
     rtol: float
     atol: float
-    z_a: float = 0.0
-    phi_a: float = 0.0
+    context: dict = dataclasses.field(default_factory=dict)
 
     @cached_property
-    def _obs(self) -> dict[str, np.ndarray]:
-        out = _vmapped_observables(self.model, jnp.asarray(self.xs), self.z_a, self.phi_a)
+    def observables(self) -> dict[str, np.ndarray]:
+        """All observables of the model over time (arrays with time first)."""
+        out = _vmapped_observables(self.model, jnp.asarray(self.xs), self.context)
         return {k: np.asarray(v) for k, v in out.items()}
 
     def __getattr__(self, name):
-        if name in _OBS_KEYS:
-            return self._obs[name]
-        raise AttributeError(name)
+        if name.startswith("_") or name == "observables":
+            raise AttributeError(name)
+        obs_ = self.observables
+        if name in obs_:
+            return obs_[name]
+        raise AttributeError(f"'Solution' has no attribute or observable '{name}'")
 
     @property
     def state_labels(self) -> list[str]:
@@ -165,36 +169,6 @@ class Solution:
     @property
     def x_final(self) -> np.ndarray:
         return self.xs[-1]
-
-
-_OBS_KEYS = (
-    "gc",
-    "contact_point",
-    "orientation",
-    "omega_body",
-    "omega_spatial",
-    "masses_body",
-    "masses_spatial",
-    "cm_body",
-    "cm_spatial",
-    "energy",
-)
-
-
-def _check_spokes(model, ts, xs):
-    theta = xs[:, : model.n]
-    for masses, spoke in model.rails.spokes():
-        lim = np.asarray(spoke.limits)
-        th = theta[:, masses]
-        out = (th < lim[:, 0]) | (th > lim[:, 1])
-        if np.any(out):
-            k, j = np.argwhere(out)[0]
-            raise SimulationError(
-                f"mass {int(masses[j]) + 1} left the end of its spoke rail (θ = {th[k, j]:.6g} outside "
-                f"[{lim[j, 0]:.6g}, {lim[j, 1]:.6g}]) by t = {ts[k]:.6g}",
-                t_reached=float(ts[k]),
-                cause="rail left",
-            )
 
 
 def simulate(
@@ -235,8 +209,8 @@ def simulate(
         collapsed, non-finite state) — the message names the time reached and the
         cause — or a mass ran off the end of a spoke rail.
     """
-    if not isinstance(model, (Ball, Disk)):
-        raise ModelError(f"model must be a Ball or Disk; got {type(model).__name__}")
+    if not isinstance(model, AbstractModel):
+        raise ModelError(f"model must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
     x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
     if x0.shape != (model.state_size,):
         raise ModelError(
@@ -278,11 +252,11 @@ def simulate(
         raise SimulationError(
             f"non-finite state at t = {ts[bad]:.9g}", t_reached=float(ts[max(bad - 1, 0)]), cause="non-finite state"
         )
-    _check_spokes(model, ts, ys)
-    phi_a = float(x0[2 * model.n]) if isinstance(model, Disk) else 0.0
+    model.check_trajectory(ts, ys)
     return Solution(
         ts=ts, xs=ys, model=model, control=control, stats=stats, wall_time=wall,
-        solver=type(solver).__name__, rtol=float(rtol), atol=float(atol), z_a=float(z_a), phi_a=phi_a,
+        solver=type(solver).__name__, rtol=float(rtol), atol=float(atol),
+        context=model.observable_context(x0, z_a=z_a),
     )
 
 

@@ -1,0 +1,164 @@
+"""``rollball`` command line: run a TOML configuration, list and print the shipped examples.
+
+Thin by design: parse → :func:`rollball_jax.config.load_config` → ``simulate`` →
+:func:`rollball_jax.output.write_run` (+ :func:`rollball_jax.plotting.plot_run`).
+Invalid input (``ConfigError``, ``ModelError``) prints one line to stderr and exits
+with status 2; a failed solve (``SimulationError``) or an unwritable output exits with 1.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import ConfigError, ModelError, SimulationError
+
+app = typer.Typer(
+    name="rollball",
+    help=(
+        "Simulate a rolling ball or rolling disk driven by point masses moving on internal rails "
+        "(JAX/diffrax). Start with `rollball examples` and `rollball run paper-ball`."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_INVALID_INPUT = 2
+EXIT_RUN_FAILED = 1
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"rollball: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"rollball_jax {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        Optional[bool],
+        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the package version and exit."),
+    ] = None,
+) -> None:
+    """Simulate a rolling ball or disk actuated by internal point masses on rails."""
+
+
+def _fmt_vec(v) -> str:
+    return "(" + ", ".join(f"{float(x):.10g}" for x in v) + ")"
+
+
+@app.command()
+def run(
+    config: Annotated[
+        str,
+        typer.Argument(
+            help="TOML configuration file, or the name of a shipped example (see `rollball examples`).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="Run directory to write (created if needed). Default: runs/<config-name>."),
+    ] = None,
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write the PNG figures.")] = True,
+    rtol: Annotated[Optional[float], typer.Option(help="Override solver.rtol.", show_default=False)] = None,
+    atol: Annotated[Optional[float], typer.Option(help="Override solver.atol.", show_default=False)] = None,
+    solver: Annotated[
+        Optional[str], typer.Option(help="Override solver.name, e.g. Dopri8, Tsit5, Dopri5.", show_default=False)
+    ] = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Override solver.max_steps.", show_default=False)] = None,
+    n_save: Annotated[
+        Optional[int], typer.Option(help="Override time.n_save (equally spaced save points).", show_default=False)
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+) -> None:
+    """Simulate CONFIG and write trajectory.nc, summary.json, config.toml and figures into --out.
+
+    Exit status: 0 success, 2 invalid configuration/model, 1 failed solve or unwritable output.
+    """
+    from .config import load_config
+
+    started = time.perf_counter()
+    try:
+        cfg = load_config(config)
+        if any(v is not None for v in (rtol, atol, solver, max_steps, n_save)):
+            cfg = cfg.with_overrides(rtol=rtol, atol=atol, solver=solver, max_steps=max_steps, n_save=n_save)
+    except (ConfigError, ModelError) as e:
+        raise _fail(str(e), EXIT_INVALID_INPUT) from None
+
+    run_dir = Path("runs") / cfg.name if out is None else out
+    try:
+        solution = cfg.simulate()
+    except ModelError as e:
+        raise _fail(f"{cfg.name}: {e}", EXIT_INVALID_INPUT) from None
+    except SimulationError as e:
+        raise _fail(f"{cfg.name}: {e}", EXIT_RUN_FAILED) from None
+
+    try:
+        from .output import write_run
+
+        paths = dict(write_run(run_dir, solution, cfg))
+        if plots:
+            from .plotting import plot_run
+
+            paths.update(plot_run(solution, run_dir))
+    except (OSError, RuntimeError) as e:
+        raise _fail(f"cannot write the run directory {run_dir}: {e}", EXIT_RUN_FAILED) from None
+
+    if quiet:
+        return
+    t0, t1 = cfg.t_span
+    stats = solution.stats
+    energy = solution.energy
+    typer.echo(
+        f"{cfg.name}: {cfg.model_type} with {cfg.model.n} point mass{'' if cfg.model.n == 1 else 'es'}, t in [{t0:g}, {t1:g}], "
+        f"{solution.solver} rtol={solution.rtol:g} atol={solution.atol:g}"
+    )
+    typer.echo(
+        f"  steps: {stats.get('num_accepted_steps', '?')} accepted, {stats.get('num_rejected_steps', '?')} rejected; "
+        f"solve {solution.wall_time:.2f} s (incl. JIT compilation), total {time.perf_counter() - started:.2f} s"
+    )
+    typer.echo(f"  final GC (spatial): {_fmt_vec(solution.gc[-1])}")
+    typer.echo(f"  energy: {float(energy[0]):.10g} -> {float(energy[-1]):.10g}")
+    typer.echo(f"  wrote {run_dir}/: {', '.join(p.name for p in paths.values())}")
+
+
+@app.command()
+def examples() -> None:
+    """List the shipped example configurations (run one with `rollball run NAME`)."""
+    from .config import example_text, list_examples, tomllib
+
+    for name in list_examples():
+        try:
+            description = tomllib.loads(example_text(name)).get("description", "")
+        except tomllib.TOMLDecodeError:
+            description = ""
+        typer.echo(f"{name:<14} {description}")
+
+
+@app.command("show-config")
+def show_config(
+    name: Annotated[str, typer.Argument(help="Shipped example name, e.g. paper-ball.", show_default=False)],
+) -> None:
+    """Print a shipped example configuration (redirect it to a file to start your own)."""
+    from .config import example_text
+
+    try:
+        typer.echo(example_text(name), nl=False)
+    except ConfigError as e:
+        raise _fail(str(e), EXIT_INVALID_INPUT) from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

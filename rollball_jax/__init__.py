@@ -34,3 +34,12 @@ __version__ = "0.1.0"
 
 from . import observables  # noqa: E402
 from .solve import Solution, integrate, simulate  # noqa: E402
+from . import sensitivity  # noqa: E402
+from .sensitivity import (  # noqa: E402
+    distance_to_target,
+    final_gc,
+    final_state,
+    running_cost,
+    state_transition_matrix,
+    trajectory,
+)

@@ -365,7 +365,7 @@ class Disk(AbstractModel):
 
     def observable_context(self, x0, z_a=0.0, **kwargs):
         """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""
-        return {"z_a": float(z_a), "phi_a": float(np.asarray(x0)[2 * self.n])}
+        return {"z_a": jnp.asarray(z_a, dtype=jnp.float64), "phi_a": jnp.asarray(x0)[2 * self.n]}
 
     def check_trajectory(self, ts, xs):
         _check_spokes(self, ts, xs)

@@ -62,14 +62,17 @@ def integrate(
     max_steps: int = DEFAULT_MAX_STEPS,
     dt0: float | Array | None = None,
     adjoint: dfx.AbstractAdjoint | None = None,
+    throw: bool = False,
 ) -> dfx.Solution:
     """Solve the model's ODE and return the raw ``diffrax.Solution`` (no checks).
 
     A pure function of its array arguments: use it under ``jax.jit``, ``jax.vmap`` and
     ``jax.grad``. ``ts`` ``(T,)`` are the save times (``t0``/``t1`` default to the
     first/last of them). The solution's ``result`` tells success; failed members carry
-    ``inf`` after the failure time. ``solver`` default ``Dopri8``; ``adjoint`` default
-    diffrax's ``RecursiveCheckpointAdjoint``.
+    ``inf`` after the failure time, unless ``throw=True`` (then a failed solve raises a
+    runtime error, also under ``jit``). ``solver`` default ``Dopri8``; ``adjoint``
+    default diffrax's ``RecursiveCheckpointAdjoint``. ``sol.ys`` is the pair
+    ``(states at ts (T, N), state at t1 (1, N))``.
     """
     ts = jnp.asarray(ts, dtype=jnp.float64)
     t0 = ts[0] if t0 is None else t0
@@ -86,7 +89,7 @@ def integrate(
         saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)]),
         stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
         max_steps=max_steps,
-        throw=False,
+        throw=throw,
         **kwargs,
     )
 

@@ -1,0 +1,114 @@
+"""Cost of exact derivatives on the paper's rolling ball (seed 001, sec. 7), in one run.
+
+Rows:
+  * ∂f/∂x of the vector field (7.2): forward-mode autodiff vs complex step (the paper's
+    method, 15 complex evaluations of the same JAX vector field), both jit-compiled;
+  * a forward solve of the paper ball over [0, 20] at rtol = atol = 1e-10 (final GC);
+  * the gradient of the final GC's e1 component w.r.t. ALL parameters (every array leaf
+    of the model and control, and x0) by reverse mode (recursive checkpointing);
+  * the Jacobian of the final GC (2 outputs) w.r.t. the same parameters by forward mode;
+each with compile time, steady per-call time (median) and ratio to the forward solve.
+Last line: ``gradient_over_forward: X`` (reverse-mode gradient time / forward solve time).
+
+Run: ``python benchmarks/bench_derivatives.py [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import rollball_jax as rb
+from rollball_jax import jacobians
+
+T_SPAN = (0.0, 20.0)
+TOL = 1e-10
+
+
+def paper_ball():
+    v = [[0.0, 0.0, 1.0], [np.pi / 2, 0.0, 1.0], [np.pi / 4, np.pi / 4, 1.0]]
+    rails = [rb.CircleRail.paper(r, vi) for r, vi in zip([0.95, 0.9, 0.85], v)]
+    ball = rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0, 1.0, 1.0], rails)
+    x0 = jnp.asarray(ball.initial_state(theta=[0.0, 2.0369, 0.7044]))
+    return ball, rb.PaperStep.ball(3), x0
+
+
+def timed(fn, *args, repeats: int):
+    """(compile+first call [s], median steady call [s]) of a jitted function."""
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    first = time.perf_counter() - start
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        samples.append(time.perf_counter() - start)
+    steady = statistics.median(samples)
+    return max(first - steady, 0.0), steady
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=30, help="timed repeats per row (median reported)")
+    args = parser.parse_args(argv)
+
+    print("rollball_jax derivative benchmark: paper ball (seed 001, sec. 7), t in [0, 20], tol 1e-10")
+    print(f"python {platform.python_version()} | jax {jax.__version__} ({jax.default_backend()}) | "
+          f"cpu count {os.cpu_count()} | rollball_jax {rb.__version__}")
+
+    ball, ctl, x0 = paper_ball()
+    t = 0.05  # inside the first ramp of u(t): every term of (7.4) is active
+    x = x0.at[3:6].set(0.05).at[10:13].set(jnp.array([0.01, -0.02, 0.03]))
+    rows = []
+
+    # -- vector-field Jacobian ------------------------------------------------------------
+    jac_ad = lambda: jacobians.state_jacobian(ball, ctl, t, x)
+    jac_cs = lambda: jacobians.complex_step_jacobian(ball, ctl, t, x)
+    c_ad, s_ad = timed(jac_ad, repeats=args.repeats * 10)
+    c_cs, s_cs = timed(jac_cs, repeats=args.repeats * 10)
+    diff = float(np.max(np.abs(np.asarray(jac_ad()) - np.asarray(jac_cs()))) / np.max(np.abs(np.asarray(jac_ad()))))
+    rows.append(("df/dx autodiff (jacfwd)", c_ad, s_ad, None, ""))
+    rows.append(("df/dx complex step", c_cs, s_cs, None, f"max rel. diff to autodiff {diff:.1e}"))
+
+    # -- solves and derivatives -----------------------------------------------------------
+    params, static = eqx.partition((ball, ctl, x0), eqx.is_array)
+    n_params = sum(leaf.size for leaf in jax.tree_util.tree_leaves(params))
+
+    def gc(p, adjoint):
+        model, control, y0 = eqx.combine(p, static)
+        return rb.final_gc(model, control, y0, T_SPAN, rtol=TOL, atol=TOL, adjoint=adjoint)[:2]
+
+    forward = jax.jit(lambda p: gc(p, "recursive"))
+    grad_rev = jax.jit(jax.grad(lambda p: gc(p, "recursive")[0]))
+    jac_fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "forward")))
+    c_f, s_f = timed(forward, params, repeats=args.repeats)
+    c_r, s_r = timed(grad_rev, params, repeats=args.repeats)
+    c_j, s_j = timed(jac_fwd, params, repeats=args.repeats)
+    g_rev = np.asarray(jax.flatten_util.ravel_pytree(grad_rev(params))[0])
+    g_fwd = np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], jac_fwd(params)))[0])
+    agree = float(np.max(np.abs(g_rev - g_fwd)) / np.max(np.abs(g_fwd)))
+    rows.append(("forward solve (final GC)", c_f, s_f, 1.0, ""))
+    rows.append((f"gradient, reverse ({n_params} params)", c_r, s_r, s_r / s_f, f"rev vs fwd rel. diff {agree:.1e}"))
+    rows.append((f"Jacobian, forward ({n_params} params)", c_j, s_j, s_j / s_f, "2 outputs"))
+
+    print()
+    print(f"{'quantity':38s} {'compile[s]':>10s} {'time[ms]':>10s} {'/forward':>9s}  note")
+    print("-" * 100)
+    for name, comp, steady, ratio, note in rows:
+        r = "" if ratio is None else f"{ratio:9.2f}"
+        print(f"{name:38s} {comp:10.2f} {steady * 1e3:10.4f} {r:>9s}  {note}")
+    print()
+    print(f"autodiff Jacobian is {s_cs / s_ad:.1f}x faster than complex step")
+    print(f"gradient_over_forward: {s_r / s_f:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -43,3 +43,4 @@ from .sensitivity import (  # noqa: E402
     state_transition_matrix,
     trajectory,
 )
+from . import rigid  # noqa: E402

@@ -22,7 +22,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError
-from .models import AbstractModel, Ball, Disk
+from .models import AbstractModel
 
 DEFAULT_RTOL = 1e-10
 DEFAULT_ATOL = 1e-10
@@ -49,7 +49,7 @@ def stepsize_controller(control: AbstractControl, rtol, atol, pcoeff=0.0, icoeff
 
 
 def integrate(
-    model: Ball | Disk,
+    model: AbstractModel,
     control: AbstractControl,
     x0: Float[ArrayLike, " N"],
     ts: Float[ArrayLike, " T"],
@@ -175,7 +175,7 @@ class Solution:
 
 
 def simulate(
-    model: Ball | Disk,
+    model: AbstractModel,
     control: AbstractControl,
     x0: Float[ArrayLike, " N"],
     t_span: tuple[float, float] = (0.0, 20.0),
@@ -193,7 +193,7 @@ def simulate(
 
     Parameters
     ----------
-    model : Ball or Disk
+    model : any AbstractModel (Ball, Disk, the rollball_jax.rigid models)
     control : AbstractControl giving θ̈(t) ``(n,)`` (n = model.n; ignored when n = 0).
     x0 : initial state in the paper's order, (7.1) for the ball, (6.1) for the disk.
     t_span : (t0, t1).

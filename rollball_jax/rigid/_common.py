@@ -1,0 +1,92 @@
+"""Shared helpers of the rigid-body models: parameter checks, versor kinematics, state parts.
+
+Conventions are those of :mod:`rollball_jax.geometry` (seed 001, Appendix 2): versors are
+scalar first and map the body frame to the spatial frame, Λ = Λ(q) by (2.15); the body
+angular velocity Ω = (Λᵀ Λ̇)^∨ (2.19) moves the versor by q̇ = ½ q Ω♯ (2.21), and the
+spatial angular velocity ω = ΛΩ (with Λ̇ = ω̂ Λ) by q̇ = ½ ω♯ q.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from ..errors import ModelError, concrete
+from ..geometry import quat_multiply, sharp
+
+IDENTITY_VERSOR = (1.0, 0.0, 0.0, 0.0)
+
+
+def scalar(x: ArrayLike, name: str) -> Float[Array, ""]:
+    """``x`` as a float64 scalar; ``ModelError`` if not a finite scalar."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.shape != ():
+        raise ModelError(f"'{name}' must be a scalar; got shape {x.shape}")
+    finite(x, name)
+    return x
+
+
+def vector(x: ArrayLike, name: str, size: int = 3) -> Float[Array, " size"]:
+    """``x`` as a float64 array of shape ``(size,)``; ``ModelError`` otherwise or if not finite."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.shape != (size,):
+        raise ModelError(f"'{name}' must have shape ({size},); got {x.shape}")
+    finite(x, name)
+    return x
+
+
+def finite(x, name: str) -> None:
+    v = concrete(x)
+    if v is not None and not np.all(np.isfinite(v)):
+        raise ModelError(f"'{name}' must be finite; got {np.asarray(v).tolist()}")
+
+
+def positive(x, name: str) -> None:
+    v = concrete(x)
+    if v is not None and (np.any(~np.isfinite(v)) or np.any(v <= 0)):
+        raise ModelError(f"'{name}' must be positive and finite; got {np.asarray(v).tolist()}")
+
+
+def principal_moments(inertia: ArrayLike, name: str = "inertia") -> Float[Array, "3"]:
+    """Principal moments (d1, d2, d3) ``(3,)``: positive, satisfying the triangle inequality.
+
+    Every inertia tensor of a mass distribution (about any point) has d_i ≤ d_j + d_k; the
+    same relative slack 1e-12 as :class:`rollball_jax.Ball` is allowed.
+    """
+    d = jnp.asarray(inertia, dtype=jnp.float64)
+    if d.shape != (3,):
+        raise ModelError(f"'{name}' must be principal moments (d1, d2, d3), shape (3,); got {d.shape}")
+    positive(d, name)
+    dv = concrete(d)
+    if dv is not None:
+        for i in range(3):
+            j, k = (i + 1) % 3, (i + 2) % 3
+            if dv[i] > dv[j] + dv[k] + 1e-12 * dv.sum():
+                raise ModelError(
+                    f"'{name}' {dv.tolist()} violates the triangle inequality d{i + 1} <= d{j + 1} + d{k + 1}"
+                )
+    return d
+
+
+def versor(q: ArrayLike, name: str = "q") -> Float[Array, "4"]:
+    """A unit quaternion ``(4,)`` (|q| = 1 to 1e-8, as :meth:`rollball_jax.Ball.initial_state`)."""
+    q = vector(q, name, 4)
+    qv = concrete(q)
+    if qv is not None and abs(np.linalg.norm(qv) - 1.0) > 1e-8:
+        raise ModelError(f"initial versor '{name}' must have unit length; |q| = {np.linalg.norm(qv):.12g}")
+    return q
+
+
+def q_dot_body(q: Float[Array, "4"], omega_body: Float[Array, "3"]) -> Float[Array, "4"]:
+    """q̇ = ½ q Ω♯ with Ω the body angular velocity (seed 001, eq. 2.21)."""
+    return 0.5 * quat_multiply(q, sharp(omega_body))
+
+
+def q_dot_spatial(q: Float[Array, "4"], omega_spatial: Float[Array, "3"]) -> Float[Array, "4"]:
+    """q̇ = ½ ω♯ q with ω = ΛΩ the spatial angular velocity (2.21 with Ω♯ = q⁻¹ ω♯ q, 2.17)."""
+    return 0.5 * quat_multiply(sharp(omega_spatial), q)
+
+
+def orientation_labels() -> list[str]:
+    return ["q0", "q1", "q2", "q3"]

@@ -49,6 +49,16 @@ def _masses(masses, rails: RailSet):
     return masses
 
 
+def _masses_rails_force(masses, rails, force):
+    """Validated ``(masses (n,), RailSet, AbstractForce)`` shared by Ball and Disk."""
+    rails = RailSet(rails)
+    masses = _masses(masses, rails)
+    force = ConstantForce() if force is None else force
+    if not isinstance(force, AbstractForce):
+        raise ModelError("'force' must be an AbstractForce (e.g. ConstantForce([Fx, Fy, Fz]))")
+    return masses, rails, force
+
+
 def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
     r = concrete(radius)
     c = concrete(chi0)
@@ -173,11 +183,7 @@ class Ball(AbstractModel):
         self.chi0 = jnp.asarray(chi0, dtype=jnp.float64)
         if self.chi0.shape != (3,):
             raise ModelError(f"'chi0' must have shape (3,); got {self.chi0.shape}")
-        self.rails = RailSet(rails)
-        self.masses = _masses(masses, self.rails)
-        self.force = ConstantForce() if force is None else force
-        if not isinstance(self.force, AbstractForce):
-            raise ModelError("'force' must be an AbstractForce (e.g. ConstantForce([Fx, Fy, Fz]))")
+        self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
         _positive(self.m0, "m0")
         _positive(self.radius, "radius")
         _positive(self.inertia, "inertia")
@@ -304,11 +310,7 @@ class Disk(AbstractModel):
         if c is not None and c[1] != 0.0:
             raise ModelError("'chi0' of a disk must lie in the x–z plane (χ0_y = 0)")
         self.chi0 = chi0
-        self.rails = RailSet(rails)
-        self.masses = _masses(masses, self.rails)
-        self.force = ConstantForce() if force is None else force
-        if not isinstance(self.force, AbstractForce):
-            raise ModelError("'force' must be an AbstractForce (e.g. ConstantForce([Fx, 0, 0]))")
+        self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
         _positive(self.m0, "m0")
         _positive(self.radius, "radius")
         _positive(self.d2, "d2")

@@ -215,13 +215,8 @@ class CircleRail(_PlanarRail):
         )
 
 
-class EllipseRail(_PlanarRail):
-    """Elliptic rail ζ(θ) = c + R (a cos θ, 0, b sin θ).
-
-    ``a``, ``b``: semi-axes ``(k,)`` [length] along the rail frame's 1st and 3rd axes;
-    ``rotation``/``center`` as in :class:`CircleRail`. Raises ``ModelError`` for
-    non-positive semi-axes.
-    """
+class _TwoAxisRail(_PlanarRail):
+    """Planar rail with two positive shape lengths ``a``, ``b`` ``(k,)`` [length]."""
 
     a: Float[Array, " k"]
     b: Float[Array, " k"]
@@ -234,7 +229,16 @@ class EllipseRail(_PlanarRail):
         for name, val in (("a", self.a), ("b", self.b)):
             v = concrete(val)
             if v is not None and np.any(~(v > 0)):
-                raise ModelError(f"ellipse semi-axis '{name}' must be positive; got {v.tolist()}")
+                raise ModelError(f"{type(self).__name__} parameter '{name}' must be positive; got {v.tolist()}")
+
+
+class EllipseRail(_TwoAxisRail):
+    """Elliptic rail ζ(θ) = c + R (a cos θ, 0, b sin θ).
+
+    ``a``, ``b``: semi-axes ``(k,)`` [length] along the rail frame's 1st and 3rd axes;
+    ``rotation``/``center`` as in :class:`CircleRail`. Raises ``ModelError`` for
+    non-positive semi-axes.
+    """
 
     def planar(self, theta):
         c, s = jnp.cos(theta), jnp.sin(theta)
@@ -247,26 +251,14 @@ class EllipseRail(_PlanarRail):
         )
 
 
-class FigureEightRail(_PlanarRail):
+class FigureEightRail(_TwoAxisRail):
     """Figure-eight rail (lemniscate of Gerono): ζ(θ) = c + R (a cos θ, 0, b sin θ cos θ).
 
     A closed curve with period 2π that crosses itself at ``c`` (θ = π/2, 3π/2); its
     lobes reach ±a along the rail frame's 1st axis and ±b/2 along its 3rd.
-    ``a``, ``b`` ``(k,)`` [length] must be positive.
+    ``a``, ``b`` ``(k,)`` [length] must be positive; ``rotation``/``center`` as in
+    :class:`CircleRail`.
     """
-
-    a: Float[Array, " k"]
-    b: Float[Array, " k"]
-
-    def __init__(self, a, b, rotation=None, center=None):
-        k = _count((a, 0), (b, 0), (rotation, 2), (center, 1))
-        self.a = _rows(a, k, (), "a")
-        self.b = _rows(b, k, (), "b")
-        self.center, self.rotation = _frame_args(k, center, rotation)
-        for name, val in (("a", self.a), ("b", self.b)):
-            v = concrete(val)
-            if v is not None and np.any(~(v > 0)):
-                raise ModelError(f"figure-eight parameter '{name}' must be positive; got {v.tolist()}")
 
     def planar(self, theta):
         c, s = jnp.cos(theta), jnp.sin(theta)

@@ -34,6 +34,8 @@ __version__ = "0.1.0"
 
 from . import observables  # noqa: E402
 from .solve import Solution, integrate, simulate  # noqa: E402
+from . import jacobians, projection, scipy_bridge, dae  # noqa: E402
+from .projection import VersorProjection, project_versor  # noqa: E402
 from . import sensitivity  # noqa: E402
 from .sensitivity import (  # noqa: E402
     distance_to_target,

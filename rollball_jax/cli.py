@@ -160,5 +160,9 @@ def show_config(
         raise _fail(str(e), EXIT_INVALID_INPUT) from None
 
 
+from .cli_sweep import register as _register_sweep  # noqa: E402  (sweep, plot-sweep, show-sweep)
+
+_register_sweep(app)
+
 if __name__ == "__main__":  # pragma: no cover
     app()

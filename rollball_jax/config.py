@@ -671,6 +671,8 @@ def load_config(path_or_name: str | Path) -> RunConfig:
         mapping = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    if "model" not in mapping and ("base" in mapping or "grid" in mapping or "random" in mapping):
+        raise ConfigError(f"{path}: this is a sweep file (base/grid/random); run it with `rollball sweep {path_or_name}`")
     return build_from_mapping(mapping, name=path.stem, source=path)
 
 

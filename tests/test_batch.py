@@ -1,0 +1,191 @@
+"""Batched simulation (rollball_jax.batch): batched == single solves, failure isolation,
+fast modes' accuracy, structure-of-arrays vector field, several devices.
+
+Tolerances: mode ``adaptive`` runs the same diffrax solve as ``rb.simulate`` under
+``jax.vmap``; only the order of floating-point operations differs (vmapped dot products),
+so members agree with single solves to rounding amplified along the trajectory (≤ 1e-10,
+the issue's bound; measured ~5e-12). The fast modes take different (shared, lockstep or
+fixed) steps: they agree with the adaptive solution at the level of the tolerance.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rollball_jax as rb
+from rollball_jax import batch as bt
+from conftest import BALL_V, PAPER_BALL_X0
+
+T_SPAN = (0.0, 2.0)
+TS = np.linspace(0.0, 2.0, 5)
+TOL = 1e-8
+
+
+def perturbed_balls(n, seed=0):
+    """The paper ball with random rail radii in [0.8, 0.95] and random initial angles."""
+    rng = np.random.default_rng(seed)
+    models, x0s = [], []
+    for _ in range(n):
+        rails = [rb.CircleRail.paper(r, v) for r, v in zip(rng.uniform(0.8, 0.95, 3), BALL_V)]
+        models.append(rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0, 1.0, 1.0], rails))
+        x0 = PAPER_BALL_X0.copy()
+        x0[:3] = rng.uniform(0.0, 2.0 * np.pi, 3)
+        x0s.append(x0)
+    return models, np.stack(x0s)
+
+
+@pytest.fixture(scope="module")
+def batch4():
+    models, x0s = perturbed_balls(4)
+    res = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL)
+    return models, x0s, res
+
+
+def test_stack_member_and_structure_errors():
+    models, _ = perturbed_balls(3)
+    batched = bt.stack(models)
+    assert bt.batch_size(batched) == 3
+    np.testing.assert_array_equal(bt.member(batched, 2).rails.groups[0].radius, models[2].rails.groups[0].radius)
+    disk = rb.Disk(1.0, 1.0, 1.0, (0.0, 0.0), 1.0, [1.0], [rb.CircleRail(0.5)])
+    with pytest.raises(rb.ModelError, match="member 1 differs in structure"):
+        bt.stack([models[0], disk])
+    with pytest.raises(rb.ModelError, match="no leading batch axis"):
+        bt.simulate_batch(batched, rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN)  # control_axis=0
+    with pytest.raises(rb.ModelError, match="x0s must have 15 columns"):
+        bt.simulate_batch(batched, rb.PaperStep.ball(3), np.zeros((3, 7)), T_SPAN, control_axis=None)
+
+
+def test_adaptive_batch_equals_single_solves(batch4):
+    """Each member of the vmapped batch equals rb.simulate with the same settings (≤ 1e-10)."""
+    models, x0s, res = batch4
+    assert res.mode == "adaptive" and np.all(res.ok) and res.ys.shape == (4, TS.size, 15)
+    for i, (m, x0) in enumerate(zip(models, x0s)):
+        sol = rb.simulate(m, rb.PaperStep.ball(3), x0, T_SPAN, ts=TS, rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(res.ys[i], sol.xs, rtol=0, atol=1e-10)
+        assert res.num_accepted_steps[i] == sol.stats["num_accepted_steps"]
+    np.testing.assert_allclose(res.x_final, res.ys[:, -1], rtol=0, atol=1e-13)  # t1: step end vs saved
+    assert np.all(res.t_final == T_SPAN[1]) and 0 < res.lockstep_efficiency <= 1
+
+
+def test_failure_is_isolated_per_member(batch4):
+    """Member 1's control blows up at t = 1 (u ∝ 1/(1 − t)): it alone is marked failed,
+    with its cause and the time reached; the others equal the successful batch above."""
+    models, x0s, ok = batch4
+    blow = lambda t, p: rb.PaperStep.ball(3)(t) + jnp.where(p[0] > 0, 1.0 / (1.0 - t), 0.0) * jnp.ones(3)
+    ctrls = [rb.FunctionControl(blow, jnp.array([p]), kink_times=[0.1, 0.2]) for p in (0.0, 1.0, 0.0, 0.0)]
+    res = bt.simulate_batch(models, ctrls, x0s, T_SPAN, ts=TS, rtol=TOL, atol=TOL, max_steps=400)
+    assert list(res.status) == [0, bt.STATUS_MAX_STEPS, 0, 0]
+    assert res.causes[1].startswith("max_steps_reached") and res.causes[0] == ""
+    assert res.t_final[1] <= 1.0 + 1e-12 and res.num_steps[1] == 400
+    good = [0, 2, 3]
+    np.testing.assert_allclose(res.ys[good], ok.ys[good], rtol=0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def lockstep4(batch4):
+    models, x0s, _ = batch4
+    return bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
+                             mode="lockstep", group_size=2)
+
+
+def test_lockstep_and_fixed_modes_meet_the_tolerance(batch4, lockstep4):
+    """Structure-of-arrays modes: same members, errors vs the adaptive batch at the
+    tolerance's level, every step's embedded estimate ≤ 1 (in units of the tolerance)."""
+    models, x0s, ok = batch4
+    scale = TOL * (1.0 + np.abs(ok.ys))
+    lock = lockstep4
+    assert np.all(lock.ok) and not np.any(lock.refined) and lock.group_size == 8
+    assert np.all(lock.error_estimate <= 1.0)
+    assert np.max(np.abs(lock.ys - ok.ys) / scale) < 100
+    # per-member steps: the same controller as diffrax's, so nearly the same counts
+    assert np.all(np.abs(lock.num_accepted_steps - ok.num_accepted_steps) <= 3)
+    fixed = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
+                              mode="fixed", dt=0.02, group_size=2)
+    assert np.all(fixed.ok) and fixed.dt == 0.02 and np.all(fixed.num_steps == 100)  # 5 + 5 + 90: steps land on the kinks
+    assert np.max(np.abs(fixed.ys - ok.ys) / scale) < 100
+
+
+def test_shared_mode_and_refinement_of_a_failed_group():
+    """Mode shared: one step size per group of 8; a group that runs out of steps (one
+    member's control blows up) is re-solved member by member, isolating the failure."""
+    models, x0s = perturbed_balls(16, seed=3)
+    blow = lambda t, p: jnp.where(p[0] > 0, 1.0 / (1.0 - t), 0.0) * jnp.ones(3)
+    ctrls = [rb.FunctionControl(blow, jnp.array([1.0 if i == 10 else 0.0])) for i in range(16)]
+    kw = dict(ts=TS, rtol=1e-6, atol=1e-6, max_steps=300)
+    res = bt.simulate_batch(models, ctrls, x0s, T_SPAN, mode="shared", group_size=8, **kw)
+    assert res.group_size == 8
+    assert [i for i in range(16) if res.status[i] != 0] == [10] and res.status[10] == bt.STATUS_MAX_STEPS
+    assert list(np.nonzero(res.refined)[0]) == list(range(8, 16))  # the group of member 10
+    # refined members are the adaptive solve itself (same shapes: the compiled fallback is reused)
+    ref = bt.simulate_batch(models[8:], ctrls[8:], x0s[8:], T_SPAN, **kw)
+    np.testing.assert_array_equal(res.ys[8:], ref.ys)
+    ref0 = bt.simulate_batch(models[:8], ctrls[:8], x0s[:8], T_SPAN, **kw)
+    assert np.max(np.abs(res.ys[:8] - ref0.ys)) < 1e-4  # shared steps: differences at the tolerance
+    assert np.all(res.num_steps[:8] == res.num_steps[0])  # one step sequence for the group
+
+
+def test_soa_vector_field_equals_the_model():
+    """The structure-of-arrays program derived from the jaxpr equals the vmapped vector
+    field at random states (polynomial sin/cos: ≤ 2 ulp per evaluation)."""
+    models, _ = perturbed_balls(5, seed=7)
+    batched = bt.stack(models)
+    control = rb.PaperStep.ball(3)
+    mask = bt._leaf_mask(batched, control, None, 5)
+    m_t, c_t = bt._template(batched, control, None)
+    field = bt.SoAVectorField(m_t, c_t, mask, 5)
+    x, bl, ul = bt._pack_groups(batched, control, None, np.random.default_rng(0).normal(size=(5, 15)), mask, 5, 1)
+    out = jax.jit(lambda t, X: field(t, X, [jnp.asarray(b[0]) for b in bl], [jnp.asarray(u) for u in ul]))(0.15, x[0])
+    ref = jax.vmap(lambda m, xi: m.vector_field(0.15, xi, control))(batched, jnp.asarray(x[0].T))
+    np.testing.assert_allclose(np.asarray(out).T, ref, rtol=1e-13, atol=1e-13)
+
+
+def test_sincos_accuracy():
+    x = np.concatenate([np.linspace(-50, 50, 20001), np.random.default_rng(0).uniform(-1e5, 1e5, 20000)])
+    s, c = jax.jit(bt.sincos)(jnp.asarray(x))
+    ulp_s = np.abs(np.asarray(s) - np.sin(x)) / np.spacing(np.maximum(np.abs(np.sin(x)), 1e-300))
+    ulp_c = np.abs(np.asarray(c) - np.cos(x)) / np.spacing(np.maximum(np.abs(np.cos(x)), 1e-300))
+    assert np.all(np.abs(np.asarray(s) - np.sin(x)) <= 2.3e-16) and np.all(np.abs(np.asarray(c) - np.cos(x)) <= 2.3e-16)
+    assert np.median(ulp_s) <= 0.5 and np.median(ulp_c) <= 0.5
+
+
+_DEVICE_SCRIPT = """
+import json, sys
+import numpy as np, jax
+sys.path.insert(0, {tests!r})
+import rollball_jax as rb
+from rollball_jax import batch as bt
+from test_batch import perturbed_balls, T_SPAN, TS, TOL
+models, x0s = perturbed_balls(4)
+out = {{"devices": len(jax.devices())}}
+for mode in ("adaptive", "lockstep"):
+    r = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
+                          mode=mode, group_size=2)
+    out[mode] = r.ys.tolist()
+    out[mode + "_devices"] = r.n_devices
+print(json.dumps(out))
+"""
+
+
+def test_four_host_devices_give_the_same_results_as_one(batch4, lockstep4):
+    """Sharded over 4 XLA host devices (jax.shard_map; members padded to 8, lockstep groups of 8) the
+    results equal this process's single-device run bit for bit: groups never straddle
+    devices and each member's arithmetic is unchanged."""
+    assert len(jax.devices()) == 1 or os.environ.get("XLA_FLAGS")
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = bt.host_device_flags(4)
+    env["JAX_PLATFORMS"] = "cpu"
+    script = _DEVICE_SCRIPT.format(tests=str(Path(__file__).parent))
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    four = json.loads(p.stdout.strip().splitlines()[-1])
+    assert four["devices"] == 4 and four["adaptive_devices"] == 4 and four["lockstep_devices"] == 4
+    assert batch4[2].n_devices == len(jax.devices())
+    np.testing.assert_array_equal(np.asarray(four["adaptive"]), batch4[2].ys)
+    np.testing.assert_array_equal(np.asarray(four["lockstep"]), lockstep4.ys)

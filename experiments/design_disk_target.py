@@ -5,7 +5,8 @@ from the paper's initial state (all masses at the bottom, θ = −π/2; CM below
 Free: u_i(t) = θ̈_i of all four masses, natural cubic splines through 8 knots (32 numbers).
 The cost is that of experiment (a) with the target z = 3 on e1 (the disk's GC moves
 along e1 only): target, rest and equilibrium at T, control effort, rail speed and
-acceleration bounds (|θ̇| ≤ 2, |u| ≤ 1), contact feasibility (N ≥ Mg/2, |F_t| ≤ 0.5 N);
+acceleration bounds (|θ̇| ≤ 2, |u| ≤ 1, designed with a 0.05 margin), contact
+feasibility (N ≥ Mg/2, |F_t| ≤ 0.5 N);
 continuation (w_T, w_R, w_B) = (1e2, 1e1, 1e2) then (1e4, 1e3, 1e4); Levenberg–Marquardt
 with exact forward-mode Jacobians; verified by SciPy DOP853 at 1e-12.
 
@@ -26,7 +27,8 @@ NAME = "design_disk_target"
 TARGET = 3.0
 HORIZON = 10.0
 GOALS = {"endpoint error <= 1e-3": ("endpoint_error", 1e-3), "final GC speed <= 1e-3": ("final_speed", 1e-3),
-         "normal force > 0 throughout": ("-min_normal_verified", 0.0)}
+         "normal force > 0 throughout": ("-min_normal_verified", 0.0),
+         "rail speeds |θ̇| <= 2": ("-rail_speed_margin", 0.0), "rail accelerations |u| <= 1": ("-rail_accel_margin", 0.0)}
 
 
 def build(quick: bool = False):
@@ -42,8 +44,8 @@ def build(quick: bool = False):
             dz.TargetGC(TARGET, w_target),
             dz.FinalRest(w_rest, equilibrium=True, hold=True),
             dz.ControlEffort(1e-2),
-            dz.RailSpeedBound(2.0, w_bounds),
-            dz.RailAccelBound(1.0, w_bounds),
+            dz.RailSpeedBound(2.0, w_bounds, margin=0.05),
+            dz.RailAccelBound(1.0, w_bounds, margin=0.05),
             dz.ContactFeasibility(n_min=0.5 * mg, mu=0.5, weight=w_bounds),
         )
 

@@ -204,6 +204,8 @@ def optimize(
     rtol: float = 1e-10,
     atol: float = 1e-12,
     target_cost: float | None = None,
+    patience: int | None = 20,
+    stall_rtol: float = 1e-6,
     learning_rate: float | Callable[[int], float] = 1e-2,
     progress: bool = True,
     desc: str | None = None,
@@ -220,6 +222,10 @@ def optimize(
     max_steps : iteration limit.
     rtol, atol : optimistix stopping tolerances (Cauchy test on parameters and cost).
     target_cost : also stop once the cost is at most this.
+    patience, stall_rtol : also stop when the best cost has not improved by a relative
+        ``stall_rtol`` for ``patience`` iterations (``patience=None`` disables it). Trust-region
+        methods can creep along a flat valley for hundreds of iterations with changes
+        that the optimistix Cauchy test does not count as converged.
     learning_rate : Adam only: a float, or a schedule ``step -> rate`` (e.g. an optax schedule).
     progress : show a ``tqdm`` bar; ``desc`` labels it.
     callback : ``callback(step, params, cost, xs)`` after every iteration, with the current
@@ -249,6 +255,16 @@ def optimize(
     converged, message = False, "max_steps reached"
     bar = tqdm(total=max_steps, desc=desc or f"design ({method})", disable=not progress, leave=False)
     steps = 0
+    best_loss, since_best = math.inf, 0
+
+    def stalled(loss):
+        nonlocal best_loss, since_best
+        if loss < best_loss * (1.0 - stall_rtol):
+            best_loss, since_best = loss, 0
+        else:
+            since_best += 1
+        return patience is not None and since_best >= patience
+
     try:
         if method == "adam":
             schedule = learning_rate if callable(learning_rate) else (lambda _k, lr=float(learning_rate): lr)
@@ -268,6 +284,9 @@ def optimize(
                 bar.set_postfix(cost=f"{loss:.3e}")
                 if (target_cost is not None and loss <= target_cost) or (callback and callback(k, params, loss, xs)):
                     converged, message = True, "target_cost reached" if target_cost is not None and loss <= target_cost else "stopped by callback"
+                    break
+                if stalled(loss):
+                    converged, message = True, f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
                     break
                 params = new_params
             params, xs = best[1], best[2]
@@ -293,6 +312,9 @@ def optimize(
                     break
                 if callback and callback(k, params, loss, xs):
                     converged, message = True, "stopped by callback"
+                    break
+                if stalled(loss):
+                    converged, message = True, f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
                     break
     finally:
         bar.close()

@@ -46,3 +46,5 @@ from .sensitivity import (  # noqa: E402
     trajectory,
 )
 from . import rigid  # noqa: E402
+from . import contact  # noqa: E402
+from .contact import contact_along, contact_forces  # noqa: E402

@@ -44,7 +44,9 @@ class PaperStep(AbstractControl):
     ``u_i(t) = amplitude · sign_i · {1 for t ≤ t_a; (t_b − t)/(t_b − t_a) for t_a ≤ t ≤ t_b;
     0 for t ≥ t_b}`` with t_a = 0.1, t_b = 0.2 in the paper ((t_b − t)/(t_b − t_a) = −10t + 2).
     Use :meth:`ball` (all signs +1, eq. 7.11) or :meth:`disk` (signs (−1)^i, i = 1…n,
-    eq. 6.6). ``signs`` ``(n,)``; kinks at t_a and t_b.
+    eq. 6.6). ``signs`` ``(n,)``; kinks at t_a and t_b. Differentiable in ``signs``
+    and ``amplitude``; t_a and t_b are kink times, not differentiated (zero derivative
+    by construction: steps stop at them, and a stop does not move with them).
     """
 
     signs: Float[Array, " n"]
@@ -72,7 +74,8 @@ class PaperStep(AbstractControl):
         return cls(jnp.array([(-1.0) ** i for i in range(1, n + 1)]), **kw)
 
     def __call__(self, t):
-        ramp = jnp.clip((self.t_b - t) / (self.t_b - self.t_a), 0.0, 1.0)
+        t_a, t_b = jax.lax.stop_gradient(self.t_a), jax.lax.stop_gradient(self.t_b)
+        ramp = jnp.clip((t_b - t) / (t_b - t_a), 0.0, 1.0)
         return self.amplitude * self.signs * ramp
 
     @property
@@ -113,6 +116,7 @@ class PiecewiseLinearControl(AbstractControl):
     """u(t) linear between knots: ``knots`` ``(K,)`` [time], ``values`` ``(n, K)``.
 
     Constant beyond the end knots. Differentiable in ``values``; kinks at the knots.
+    The knot times are not differentiated (zero derivative by construction).
     """
 
     knots: Float[Array, " K"]
@@ -122,7 +126,8 @@ class PiecewiseLinearControl(AbstractControl):
         self.knots, self.values = _knots(knots, values, "PiecewiseLinearControl")
 
     def __call__(self, t):
-        return jax.vmap(lambda v: jnp.interp(t, self.knots, v))(self.values)
+        knots = jax.lax.stop_gradient(self.knots)
+        return jax.vmap(lambda v: jnp.interp(t, knots, v))(self.values)
 
     @property
     def kink_times(self):
@@ -150,8 +155,9 @@ class CubicSplineControl(AbstractControl):
     """u(t) = natural cubic spline through ``(knots, values)``; ``values`` ``(n, K)``.
 
     Constant (the end values) beyond the end knots. Exactly linear, hence
-    differentiable, in ``values``; the knot times themselves are fixed at construction
-    (the spline's second-derivative operator is precomputed from them).
+    differentiable, in ``values``. The knot times are fixed at construction (the
+    spline's second-derivative operator is precomputed from them) and are **not
+    differentiated**: their derivative is zero by construction.
     """
 
     knots: Float[Array, " K"]
@@ -166,12 +172,13 @@ class CubicSplineControl(AbstractControl):
         self.operator = jnp.asarray(_natural_spline_operator(k))
 
     def __call__(self, t):
-        knots = self.knots
+        knots = jax.lax.stop_gradient(self.knots)
+        operator = jax.lax.stop_gradient(self.operator)
         tc = jnp.clip(t, knots[0], knots[-1])
         j = jnp.clip(jnp.searchsorted(knots, tc, side="right") - 1, 0, knots.shape[0] - 2)
         t0, t1 = knots[j], knots[j + 1]
         h = t1 - t0
-        m = self.values @ self.operator.T  # (n, K) second derivatives
+        m = self.values @ operator.T  # (n, K) second derivatives
         y0, y1 = self.values[:, j], self.values[:, j + 1]
         m0, m1 = m[:, j], m[:, j + 1]
         a = (t1 - tc) / h

@@ -19,7 +19,7 @@ import rollball_jax
 from rollball_jax.cli import app
 from rollball_jax.config import example_text
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "paper_examples.json"
+REFERENCE = Path(__file__).resolve().parent / "data" / "paper_examples.json"
 FIGURES = ("paths_body.png", "paths_spatial.png", "gc_path.png", "time_series.png")
 # The paper's tolerances (1e-10 ball, 1e-12 disk) give a global error ~1e-9 at t = 20
 # (shared/NOTES.md: ~8e-10 with steps landing on the kinks); 1e-8 leaves a margin.

@@ -28,7 +28,7 @@ from rollball_jax.config import (
 )
 from rollball_jax.errors import ConfigError
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "paper_examples.json"
+REFERENCE = Path(__file__).resolve().parent / "data" / "paper_examples.json"
 REFERENCE_TIMES = [0.0, 0.1, 0.2, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0]
 
 

@@ -81,12 +81,12 @@ def test_every_cost_term_gradient_matches_central_differences():
         return jnp.stack([t.value(ev) for t in cost.terms])
 
     values = eqx.filter_jit(term_values)
-    v0 = np.asarray(values(flat, problem, "recursive"))
+    v0 = np.asarray(values(flat, problem, "discrete"))
     assert np.all(v0 > 0), dict(zip(cost.names, v0))  # every term (and its gradient) is active
-    rev = np.asarray(eqx.filter_jit(jax.jacrev(term_values))(flat, problem, "recursive"))
+    rev = np.asarray(eqx.filter_jit(jax.jacrev(term_values))(flat, problem, "discrete"))
     fwd = np.asarray(eqx.filter_jit(jax.jacfwd(term_values))(flat, problem, "forward"))
     tight = eqx.tree_at(lambda p: (p.rtol, p.atol), problem, (jnp.asarray(1e-12), jnp.asarray(1e-12)))
-    fd = richardson_fd(lambda p: values(jnp.asarray(p), tight, "recursive"), flat)
+    fd = richardson_fd(lambda p: values(jnp.asarray(p), tight, "discrete"), flat)
     for name, jac in (("reverse", rev), ("forward", fwd)):
         errors = {n: float(np.max(np.abs(jac[i] - fd[i])) / np.max(np.abs(fd[i]))) for i, n in enumerate(cost.names)}
         print(name, {k: f"{e:.1e}" for k, e in errors.items()})

@@ -61,9 +61,9 @@ def test_paper_example_gradient_all_parameters(example):
         m, x = build(p)
         return rb.final_gc(m, ctl, x, T_SPAN, rtol=rtol, atol=rtol, adjoint=adjoint)[:2]
 
-    rev = np.asarray(jax.jit(jax.jacrev(lambda p: gc(p, "recursive", tol)))(flat))
+    rev = np.asarray(jax.jit(jax.jacrev(lambda p: gc(p, "discrete", tol)))(flat))
     fwd = np.asarray(jax.jit(jax.jacfwd(lambda p: gc(p, "forward", tol)))(flat))
-    tight = jax.jit(lambda p: gc(p, "recursive", 1e-12))
+    tight = jax.jit(lambda p: gc(p, "discrete", 1e-12))
     fd = richardson_fd(tight, flat)
     if example == "disk":  # the disk's GC has one component
         rev, fwd, fd = rev[:1], fwd[:1], fd[:1]
@@ -88,12 +88,12 @@ def _radii_angles_problem(solver, control):
 @pytest.fixture(scope="module")
 def radii_angles_reference():
     gc, p0 = _radii_angles_problem(dfx.Dopri8(), rb.PaperStep.ball(3))
-    return richardson_fd(jax.jit(lambda p: gc(p, "recursive", 1e-12)), p0)
+    return richardson_fd(jax.jit(lambda p: gc(p, "discrete", 1e-12)), p0)
 
 
 @pytest.mark.parametrize("solver", [dfx.Dopri8(), dfx.Tsit5()], ids=["Dopri8", "Tsit5"])
-@pytest.mark.parametrize("adjoint, checkpoints", [("recursive", None), ("recursive", 8), ("forward", None)],
-                         ids=["recursive-default", "recursive-8-checkpoints", "forward"])
+@pytest.mark.parametrize("adjoint, checkpoints", [("discrete", None), ("forward", None)],
+                         ids=["discrete-reverse", "discrete-forward"])
 def test_gradient_grid_with_jump_times(solver, adjoint, checkpoints, radii_angles_reference):
     """The failing input of issue 3: d(final GC)/d(rail radii, initial angles), paper ball.
 
@@ -116,15 +116,17 @@ def test_without_jump_times_derivative_error_exceeds_tolerance(radii_angles_refe
     kinky = rb.PaperStep.ball(3)
     no_jumps = rb.FunctionControl(lambda t, p: kinky(t))  # same u(t), kinks undeclared
     gc, p0 = _radii_angles_problem(dfx.Tsit5(), no_jumps)
-    rev = jax.jit(jax.jacrev(lambda p: gc(p, "recursive", 1e-10)))(p0)
+    rev = jax.jit(jax.jacrev(lambda p: gc(p, "discrete", 1e-10)))(p0)
     fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "forward", 1e-10)))(p0)
     gc_j, _ = _radii_angles_problem(dfx.Tsit5(), kinky)
-    rev_j = jax.jit(jax.jacrev(lambda p: gc_j(p, "recursive", 1e-10)))(p0)
+    rev_j = jax.jit(jax.jacrev(lambda p: gc_j(p, "discrete", 1e-10)))(p0)
     err_with = rel_err(rev_j, radii_angles_reference)
     err_without = rel_err(rev, radii_angles_reference)
     assert err_with <= 1e-8
     assert err_without >= 10 * err_with
-    assert rel_err(rev, fwd) >= 10 * rel_err(rev_j, radii_angles_reference)
+    # The discrete adjoint differentiates one recorded step sequence: forward and
+    # reverse mode agree even where that sequence straddles an undeclared kink.
+    assert rel_err(rev, fwd) <= 1e-10
 
 
 def test_spline_knot_gradient_and_running_cost():
@@ -141,9 +143,9 @@ def test_spline_knot_gradient_and_running_cost():
                               adjoint=adjoint)
         return jnp.stack([d, run])
 
-    rev = jax.jit(jax.jacrev(lambda v: cost(v, "recursive", 1e-10)))(values0).reshape(2, -1)
+    rev = jax.jit(jax.jacrev(lambda v: cost(v, "discrete", 1e-10)))(values0).reshape(2, -1)
     fwd = jax.jit(jax.jacfwd(lambda v: cost(v, "forward", 1e-10)))(values0).reshape(2, -1)
-    tight = jax.jit(lambda v: cost(v.reshape(3, 5), "recursive", 1e-12))
+    tight = jax.jit(lambda v: cost(v.reshape(3, 5), "discrete", 1e-12))
     fd = richardson_fd(tight, np.asarray(values0).ravel())
     assert rel_err(rev, fwd) <= 1e-8
     assert rel_err(rev, fd) <= 1e-6
@@ -173,7 +175,7 @@ def test_backsolve_adjoint_close_to_discrete_gradient():
         return rb.final_gc(m, ctl, x, T_SPAN, adjoint=adjoint)[0]
 
     back = eqx.filter_jit(eqx.filter_grad(lambda mx: gx(*mx, "backsolve")))((ball, jnp.asarray(PAPER_BALL_X0)))
-    rev = eqx.filter_jit(eqx.filter_grad(lambda mx: gx(*mx, "recursive")))((ball, jnp.asarray(PAPER_BALL_X0)))
+    rev = eqx.filter_jit(eqx.filter_grad(lambda mx: gx(*mx, "discrete")))((ball, jnp.asarray(PAPER_BALL_X0)))
     flat_back, _ = ravel_pytree(eqx.filter(back, eqx.is_array))
     flat_rev, _ = ravel_pytree(eqx.filter(rev, eqx.is_array))
     assert rel_err(flat_back, flat_rev) <= 1e-6

@@ -57,14 +57,14 @@ def residual_fn(params: PyTree, args) -> tuple[jax.Array, jax.Array]:
     """Weighted residuals of the cost (forward-mode solve), ``(m,)``, and the sampled
     trajectory as auxiliary output; optimistix signature ``fn(y, args) -> (out, aux)``."""
     problem, cost = args
-    ev = problem.evaluate(params, adjoint="forward")
+    ev = problem.evaluate(params)
     return cost.residuals(ev), ev.xs
 
 
 def cost_fn(params: PyTree, args) -> tuple[jax.Array, jax.Array]:
     """Scalar cost Σ residuals² (reverse-mode solve) and the sampled trajectory; optimistix signature."""
     problem, cost = args
-    ev = problem.evaluate(params, adjoint="recursive")
+    ev = problem.evaluate(params)
     return cost(ev), ev.xs
 
 

@@ -32,7 +32,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 from ..controls import AbstractControl, CubicSplineControl, PiecewiseLinearControl
 from ..errors import ModelError
 from ..models import AbstractModel
-from ..sensitivity import resolve_adjoint
+from ..sensitivity import trajectory
 from ..solve import integrate
 
 CONTROL_KINDS = {"spline": CubicSplineControl, "linear": PiecewiseLinearControl}
@@ -258,22 +258,21 @@ class DesignProblem(eqx.Module):
         return self.model.observable_context(x0, z_a=self.z_a)
 
     # ---- solving ------------------------------------------------------------------
-    def evaluate(self, params: PyTree, adjoint: str | dfx.AbstractAdjoint = "recursive") -> Evaluation:
+    def evaluate(self, params: PyTree, adjoint: str | dfx.AbstractAdjoint = "discrete") -> Evaluation:
         """Solve from the parameters and wrap the sampled trajectory (pure, differentiable).
 
-        ``adjoint``: ``"recursive"`` for reverse mode (gradients of scalar costs),
-        ``"forward"`` for forward mode (Jacobians of residuals, Levenberg–Marquardt).
-        A failed solve (too many steps) gives ``inf`` states, which the cost turns into
-        a large finite value so that optimisers reject the step.
+        ``adjoint``: ``"discrete"`` (default; exact derivatives of the steps taken, in
+        forward and reverse mode, with tangent-aware step control; the sample times
+        are step stops) or ``"backsolve"``. A failed solve (too many steps) gives ``inf``
+        states, which the cost turns into a large finite value so that optimisers
+        reject the step.
         """
         control = self.control(params)
         x0 = self.initial_state(params)
         ts = self.sample_ts
-        sol = integrate(
-            self.model, control, x0, ts, solver=self.solver, rtol=self.rtol, atol=self.atol,
-            max_steps=self.max_steps, adjoint=resolve_adjoint(adjoint), throw=False,
-        )
-        return Evaluation(self.model, control, x0, ts, sol.ys[0], self.context(x0))
+        xs = trajectory(self.model, control, x0, ts, solver=self.solver, rtol=self.rtol, atol=self.atol,
+                        max_steps=self.max_steps, adjoint=adjoint, throw=False)
+        return Evaluation(self.model, control, x0, ts, xs, self.context(x0))
 
     def wrap(self, params: PyTree, ts: ArrayLike, xs: ArrayLike) -> Evaluation:
         """An :class:`Evaluation` of a trajectory computed elsewhere (e.g. SciPy)."""

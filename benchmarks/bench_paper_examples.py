@@ -8,12 +8,12 @@ Times, in one run,
 * SciPy  ``solve_ivp(method="DOP853")`` with a plain NumPy right-hand side written here,
          independently of the package, straight from the paper's equations:
          disk (6.2) with κ from (5.40)/(5.38); ball (7.2) with κ from (7.4), Λ from the
-         versor by (2.15), rails ζ_i(θ) = r_i (cos θ n_i − sin θ b1(n_i)) (shared/NOTES.md),
+         versor by (2.15), rails ζ_i(θ) = r_i (cos θ n_i − sin θ b1(n_i)) (verified column order of the Frisvad basis),
          ζ′ and ζ″ in closed form. Once as a single call over [0, 20] ("1 call") and once
          restarted at the kinks ([0, .1], [.1, .2], [.2, 20]; "restart@kinks").
 
 Tolerances are the paper's: rtol = atol = 1e-12 (disk), 1e-10 (ball); t ∈ [0, 20]; states
-are saved at the reference times and compared with ``shared/reference/paper_examples.json``.
+are saved at the reference times and compared with ``tests/data/paper_examples.json``.
 
 Run:  /work/venv/bin/python benchmarks/bench_paper_examples.py [--repeats 50] [--scipy-repeats 5]
 The last printed line is ``speedup_vs_scipy_ball: X``. See benchmarks/README.md.
@@ -34,7 +34,7 @@ import numpy as np
 import scipy
 from scipy.integrate import DOP853, solve_ivp
 
-DEFAULT_REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "paper_examples.json"
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "paper_examples.json"
 T0, T1 = 0.0, 20.0
 KINKS = (0.1, 0.2)
 TOL = {"disk": 1e-12, "ball": 1e-10}

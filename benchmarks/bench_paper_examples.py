@@ -15,7 +15,7 @@ Times, in one run,
 Tolerances are the paper's: rtol = atol = 1e-12 (disk), 1e-10 (ball); t ∈ [0, 20]; states
 are saved at the reference times and compared with ``tests/data/paper_examples.json``.
 
-Run:  /work/venv/bin/python benchmarks/bench_paper_examples.py [--repeats 50] [--scipy-repeats 5]
+Run:  python benchmarks/bench_paper_examples.py [--repeats 50] [--scipy-repeats 5]
 The last printed line is ``speedup_vs_scipy_ball: X``. See benchmarks/README.md.
 """
 

@@ -48,3 +48,21 @@ from .sensitivity import (  # noqa: E402
 from . import rigid  # noqa: E402
 from . import contact  # noqa: E402
 from .contact import contact_along, contact_forces  # noqa: E402
+
+import importlib as _importlib
+
+#: Submodules imported on first use (``rb.batch.simulate_batch(...)`` works without an
+#: explicit ``import rollball_jax.batch``), so that ``import rollball_jax`` stays light.
+_LAZY_SUBMODULES = ("batch", "sweep", "config", "output", "plotting", "design", "sweep_plots", "checks", "discrete_adjoint")
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        module = _importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'rollball_jax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

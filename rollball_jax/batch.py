@@ -72,7 +72,9 @@ from jax import lax
 from jax.extend import core as jcore
 from jax.sharding import Mesh, PartitionSpec
 
+from . import checks
 from .errors import ModelError
+from .models import AbstractModel
 from .solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, default_solver, integrate
 
 __all__ = [
@@ -103,8 +105,13 @@ STATUS_NONFINITE = next(k for k, v in STATUS_NAMES.items() if v == "nonfinite")
 #: Codes used by sweeps for members that were never solved.
 STATUS_INVALID = 100
 STATUS_NOT_RUN = -1
+#: Codes set by the checks after a solve (the cause detail is in ``BatchResult.causes``).
+STATUS_NONFINITE_FIELD = 101
+STATUS_RAIL_LEFT = 102
 STATUS_NAMES[STATUS_INVALID] = "invalid_config"
 STATUS_NAMES[STATUS_NOT_RUN] = "not_run"
+STATUS_NAMES[STATUS_NONFINITE_FIELD] = "nonfinite_vector_field"
+STATUS_NAMES[STATUS_RAIL_LEFT] = "rail_left"
 
 
 def status_name(code: int) -> str:
@@ -1111,6 +1118,7 @@ class BatchResult:
     group_size: int | None
     n_devices: int
     wall_time: float
+    details: tuple = ()
 
     @property
     def size(self) -> int:
@@ -1125,11 +1133,14 @@ class BatchResult:
     def causes(self) -> list[str]:
         """Per member: ``""`` on success, else the status name and diffrax's message."""
         out = []
-        for code in self.status:
+        for i, code in enumerate(self.status):
             if code == STATUS_SUCCESS:
                 out.append("")
                 continue
             name = status_name(code)
+            if i < len(self.details) and self.details[i]:
+                out.append(f"{name}: {self.details[i]}")
+                continue
             msg = dfx.RESULTS._index_to_message[int(code)] if int(code) in STATUS_NAMES and 0 <= int(code) < len(dfx.RESULTS._index_to_message) else ""
             out.append(f"{name}: {msg}" if msg else name)
         return out
@@ -1472,8 +1483,14 @@ def simulate_batch(
 
     Returns a :class:`BatchResult`. Never raises for a failed member: check ``status``.
     """
+    checks.require_x64("simulate_batch")
     if mode not in MODES:
         raise ModelError(f"mode must be one of {MODES}; got {mode!r}")
+    checks.tolerance(rtol, "rtol")
+    checks.tolerance(atol, "atol")
+    max_steps = checks.max_steps(max_steps)
+    if dt0 is not None and not checks.finite_number(dt0, "dt0") > 0:
+        raise ModelError(f"'dt0' must be positive; got {dt0}")
     x0s = np.asarray(x0s, dtype=np.float64)
     if x0s.ndim != 2:
         raise ModelError(f"x0s must have shape (B, N); got {x0s.shape}")
@@ -1486,6 +1503,10 @@ def simulate_batch(
     if not np.all(np.isfinite(x0s)):
         bad = int(np.argmax(~np.all(np.isfinite(x0s), axis=1)))
         raise ModelError(f"x0s of member {bad} contains non-finite values")
+    if not isinstance(m_t, AbstractModel):
+        raise ModelError(f"'models' must be rollball_jax models (Ball, Disk, ...); got {type(m_t).__name__}")
+    checks.control(m_t, c_t, "controls")
+    _check_initial_states(models, x0s, m_t)
     if ts is None:
         if t_span is None:
             raise ModelError("give t_span or ts")
@@ -1553,10 +1574,79 @@ def simulate_batch(
         # Non-finite values that diffrax accepted (or left after a failure) → "nonfinite".
         nonfinite = ~np.all(np.isfinite(ys.reshape(B, -1)), axis=1) & (res["code"] == STATUS_SUCCESS)
         res["code"] = np.where(nonfinite, STATUS_NONFINITE, res["code"])
+    details = _post_checks(models, controls, control_axis, m_t, ts, res)
     return BatchResult(
         ts=ts, ys=ys, x_final=res["x_end"], t_final=res["t_end"], status=res["code"].astype(np.int32),
         num_steps=res["num_steps"].astype(np.int64), num_accepted_steps=res["num_accepted_steps"].astype(np.int64),
         num_rejected_steps=res["num_rejected_steps"].astype(np.int64), error_estimate=res["error_estimate"],
         refined=refined, mode=mode, rtol=float(rtol), atol=float(atol), dt=used_dt, group_size=group,
-        n_devices=len(devs), wall_time=time.perf_counter() - start,
+        n_devices=len(devs), wall_time=time.perf_counter() - start, details=details,
     )
+
+
+def _check_initial_states(models, x0s, m_t) -> None:
+    """Refuse a member whose initial versor is not unit or whose masses start outside the shell."""
+    k = m_t.versor_index
+    if k is not None:
+        norms = np.linalg.norm(x0s[:, k : k + 4], axis=1)
+        bad = np.nonzero(~(np.abs(norms - 1.0) <= checks.VERSOR_TOL))[0]
+        if bad.size:
+            i = int(bad[0])
+            checks.versor(x0s[i, k : k + 4], f"x0s[{i}, {k}:{k + 4}] (q of member {i})")
+    if m_t.n:
+        out = np.asarray(_outside_fn(models, jnp.asarray(x0s)))
+        if np.any(out):
+            i = int(np.argmax(out))
+            raise ModelError(f"x0s of member {i}: a point mass starts outside the shell (|ζ(θ)| ≥ r)")
+
+
+@eqx.filter_jit
+def _outside_fn(models, xs):
+    return eqx.filter_vmap(lambda m, x: m.outside(x))(models, xs)
+
+
+@eqx.filter_jit
+def _outside_along(models, ys):
+    # (B, T): a mass outside the shell at a save time (non-finite rows count as inside)
+    return eqx.filter_vmap(lambda m, y: jax.vmap(m.outside)(jnp.where(jnp.isfinite(y), y, 0.0)))(models, ys)
+
+
+@eqx.filter_jit
+def _field_probe(models, controls, control_axis, t_end, x_end):
+    from .solve import PROBE_OFFSETS
+
+    def one(m, c, t, x):
+        probe_ts = t + jnp.asarray(PROBE_OFFSETS) * (1.0 + jnp.abs(t))
+        return probe_ts, jax.vmap(lambda s: m.vector_field(s, x, c))(probe_ts)
+
+    if control_axis is None:
+        return eqx.filter_vmap(lambda m, t, x: one(m, controls, t, x))(models, t_end, x_end)
+    return eqx.filter_vmap(one)(models, controls, t_end, x_end)
+
+
+def _post_checks(models, controls, control_axis, m_t, ts, res) -> tuple:
+    """Mark members whose solve failed on a non-finite vector field, or whose masses left the
+    shell at a save time; returns the per-member cause details (``""`` where none)."""
+    from .solve import _nonfinite_field_message
+
+    B = res["code"].shape[0]
+    details = [""] * B
+    failed = np.nonzero(res["code"] != STATUS_SUCCESS)[0]
+    if failed.size:
+        sub = lambda tree: jax.tree.map(lambda a: a[failed] if eqx.is_array(a) else a, tree)
+        x_end = np.where(np.isfinite(res["x_end"][failed]), res["x_end"][failed], 0.0)
+        probe_ts, probe = _field_probe(sub(models), sub(controls) if control_axis == 0 else controls, control_axis,
+                                       jnp.asarray(res["t_end"][failed]), jnp.asarray(x_end))
+        probe_ts, probe = np.asarray(probe_ts), np.asarray(probe)
+        for j, i in enumerate(failed):
+            found = _nonfinite_field_message(m_t, probe_ts[j], probe[j])
+            if found is not None and np.all(np.isfinite(res["x_end"][i])):
+                res["code"][i] = STATUS_NONFINITE_FIELD
+                details[i] = found[1]
+    if m_t.n:
+        out = np.asarray(_outside_along(models, jnp.asarray(res["ys"])))
+        for i in np.nonzero(np.any(out, axis=1) & (res["code"] == STATUS_SUCCESS))[0]:
+            k = int(np.argmax(out[i]))
+            res["code"][i] = STATUS_RAIL_LEFT
+            details[i] = f"a point mass is outside the shell (|ζ(θ)| ≥ r) at t = {ts[k]:.9g}"
+    return tuple(details)

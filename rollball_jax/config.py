@@ -187,7 +187,11 @@ class _Table:
         if k in self.mapping:
             return self.mapping[k]
         if default is _MISSING:
-            raise ConfigError(f"{self.key(k)}: required key is missing")
+            # A misspelt key is the usual reason: name it rather than only the missing one.
+            unknown = [u for u in self.mapping if u not in self.used and isinstance(u, str)]
+            close = difflib.get_close_matches(k, unknown, n=1)
+            hint = f" (found unknown key {self.key(close[0])!r}: did you mean {k!r}?)" if close else ""
+            raise ConfigError(f"{self.key(k)}: required key is missing{hint}")
         return default
 
     def number(self, k, default=_MISSING, *, positive=False, nonnegative=False) -> float:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
+from . import checks
 from .errors import ModelError, concrete
 
 
@@ -59,6 +60,7 @@ class PaperStep(AbstractControl):
         self.amplitude = jnp.asarray(amplitude, dtype=jnp.float64)
         self.t_a = jnp.asarray(t_a, dtype=jnp.float64)
         self.t_b = jnp.asarray(t_b, dtype=jnp.float64)
+        checks.finite_leaves({"signs": self.signs, "amplitude": self.amplitude, "t_a": self.t_a, "t_b": self.t_b}, "PaperStep")
         ta, tb = concrete(self.t_a), concrete(self.t_b)
         if ta is not None and tb is not None and not ta < tb:
             raise ModelError(f"PaperStep needs t_a < t_b; got t_a={ta}, t_b={tb}")
@@ -90,6 +92,9 @@ class ConstantControl(AbstractControl):
 
     def __init__(self, values):
         self.values = jnp.atleast_1d(jnp.asarray(values, dtype=jnp.float64))
+        if self.values.ndim != 1:
+            raise ModelError(f"ConstantControl 'values' must be a 1-D array (n,); got shape {self.values.shape}")
+        checks.finite_leaves(self.values, "ConstantControl.values")
 
     def __call__(self, t):
         return self.values + 0.0 * t
@@ -106,6 +111,8 @@ def _knots(knots, values, name):
         raise ModelError(
             f"{name} 'values' must have shape (n, {knots.shape[0]}) (one row per mass); got {values.shape}"
         )
+    checks.finite_leaves(knots, f"{name}.knots")
+    checks.finite_leaves(values, f"{name}.values")
     k = concrete(knots)
     if k is not None and np.any(np.diff(k) <= 0):
         raise ModelError(f"{name} 'knots' must be strictly increasing; got {k.tolist()}")
@@ -206,6 +213,8 @@ class FunctionControl(AbstractControl):
         self.fn = fn
         self.params = params
         self.kinks = jnp.asarray(kink_times, dtype=jnp.float64).reshape(-1)
+        checks.finite_leaves(params, "FunctionControl.params")
+        checks.finite_leaves(self.kinks, "FunctionControl.kink_times")
 
     def __call__(self, t):
         return jnp.atleast_1d(self.fn(t, self.params))

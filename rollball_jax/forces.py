@@ -6,9 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
+from . import checks
 from .errors import ModelError
 
 
@@ -28,6 +30,7 @@ class ConstantForce(AbstractForce):
         v = jnp.asarray(value, dtype=jnp.float64)
         if v.shape != (3,):
             raise ModelError(f"force value must have shape (3,); got {v.shape}")
+        checks.finite_leaves(v, "ConstantForce.value")
         self.value = v
 
     def __call__(self, t):
@@ -41,8 +44,17 @@ class FunctionForce(AbstractForce):
     fn: Callable[[Array, Any], Array] = eqx.field(static=True)
 
     def __init__(self, fn, params=None):
+        if not callable(fn):
+            raise ModelError("FunctionForce 'fn' must be callable: fn(t, params) -> (3,)")
+        checks.finite_leaves(params, "FunctionForce.params")
         self.fn = fn
         self.params = params
+        try:
+            out = jax.eval_shape(lambda p: jnp.asarray(fn(jnp.zeros(()), p)), params)
+        except Exception as e:  # noqa: BLE001 - the user's function failed to trace: say so
+            raise ModelError(f"FunctionForce 'fn' failed when called as fn(t, params): {type(e).__name__}: {e}") from e
+        if out.shape != (3,):
+            raise ModelError(f"FunctionForce 'fn' must return a spatial force of shape (3,); got shape {out.shape}")
 
     def __call__(self, t):
         return jnp.asarray(self.fn(t, self.params))

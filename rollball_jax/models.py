@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from . import checks
 from .controls import AbstractControl
-from .errors import ModelError, concrete
+from .errors import ModelError, SimulationError, concrete
 from .forces import AbstractForce, ConstantForce
 from .rails import AbstractRail, RailSet
 
@@ -76,7 +77,7 @@ def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
     if bad.size:
         i = int(bad[0])
         raise ModelError(
-            f"rail of mass {i + 1} reaches |ζ(θ)| = {reach[i]:.6g} >= radius {float(r):.6g}: "
+            f"rail of mass {i + 1} reaches |ζ(θ)| = {reach[i]:.12g} >= radius {float(r):.12g}: "
             "every rail must stay strictly inside the ball"
         )
 
@@ -114,11 +115,47 @@ class AbstractModel(eqx.Module):
     def check_trajectory(self, ts, xs) -> None:
         return None
 
+    def check_state(self, x, name: str = "x0") -> None:
+        """Host-side rules a concrete state ``x`` ``(N,)`` must satisfy beyond length and
+        finiteness (e.g. the ball's unit versor); raises ``ModelError`` naming ``name``."""
+        return None
+
+    @property
+    def versor_index(self) -> int | None:
+        """Index of q0 in the state if the state holds a versor q (checked to be unit), else None."""
+        return None
+
+    def outside(self, x):
+        """Traceable: True where the state is physically invalid in a way a solve must stop at
+        (a point mass outside the shell). Default: never."""
+        return jnp.asarray(False)
+
+
+def _rail_reach(model, x):
+    """``(n,)`` |ζ_i(θ_i)| / r of one state (traceable)."""
+    pos = model.rails.positions(x[: model.n])
+    return jnp.linalg.norm(pos, axis=-1) / model.radius
+
+
+def _check_rails_along(model, ts, xs, error=SimulationError):
+    """Raise if a point mass is at or beyond the shell at one of the states ``xs`` ``(T, N)``."""
+    if model.n == 0:
+        return
+    import jax
+
+    reach = np.asarray(jax.vmap(lambda x: _rail_reach(model, x))(jnp.asarray(xs)))
+    out = ~(reach < 1.0)
+    if np.any(out):
+        k, j = np.argwhere(out)[0]
+        msg = (f"mass {int(j) + 1} is outside the ball: |ζ(θ)| = {reach[k, j]:.6g}·r at t = {ts[k]:.6g} "
+               f"(θ = {xs[k, j]:.6g}); its rail leaves the shell for this θ (e.g. an open FunctionRail)")
+        if error is SimulationError:
+            raise SimulationError(msg, t_reached=float(ts[max(int(k) - 1, 0)]), cause="rail left")
+        raise error(msg)
+
 
 def _check_spokes(model, ts, xs):
     """Raise SimulationError if a mass ran past the end of its spoke rail."""
-    from .errors import SimulationError
-
     theta = xs[:, : model.n]
     for masses, spoke in model.rails.spokes():
         lim = np.asarray(spoke.limits)
@@ -174,6 +211,7 @@ class Ball(AbstractModel):
         rails: Sequence[AbstractRail] | AbstractRail | RailSet = (),
         force: AbstractForce | None = None,
     ):
+        checks.require_x64("Ball")
         self.m0 = _scalar(m0, "m0")
         self.radius = _scalar(radius, "radius")
         self.g = _scalar(g, "g")
@@ -239,8 +277,8 @@ class Ball(AbstractModel):
                 raise ModelError(f"initial '{name}' must have shape {shape}; got {v.shape}")
             out.append(v)
         qn = concrete(out[2])
-        if qn is not None and abs(np.linalg.norm(qn) - 1.0) > 1e-8:
-            raise ModelError(f"initial versor 'q' must have unit length; |q| = {np.linalg.norm(qn):.12g}")
+        if qn is not None:
+            checks.versor(qn, "q")
         return jnp.concatenate(out)
 
     def vector_field(self, t, x, control: AbstractControl):
@@ -255,8 +293,24 @@ class Ball(AbstractModel):
 
         return observables(self, x)
 
+    def check_state(self, x, name: str = "x0") -> None:
+        """The versor q = x[2n:2n+4] must have unit length (to within ``checks.VERSOR_TOL``);
+        every mass strictly inside the shell."""
+        checks.versor(x[2 * self.n : 2 * self.n + 4], f"{name}[{2 * self.n}:{2 * self.n + 4}] (q)")
+        _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
+
+    @property
+    def versor_index(self) -> int:
+        """q0 is x[2n] (7.1)."""
+        return 2 * self.n
+
+    def outside(self, x):
+        """True if a point mass is at or beyond the shell (|ζ_i(θ_i)| ≥ r)."""
+        return jnp.any(_rail_reach(self, x) >= 1.0) if self.n else jnp.asarray(False)
+
     def check_trajectory(self, ts, xs):
         _check_spokes(self, ts, xs)
+        _check_rails_along(self, ts, xs)
 
 
 class Disk(AbstractModel):
@@ -297,6 +351,7 @@ class Disk(AbstractModel):
         rails: Sequence[AbstractRail] | AbstractRail | RailSet = (),
         force: AbstractForce | None = None,
     ):
+        checks.require_x64("Disk")
         self.m0 = _scalar(m0, "m0")
         self.radius = _scalar(radius, "radius")
         self.d2 = _scalar(d2, "d2")
@@ -314,6 +369,9 @@ class Disk(AbstractModel):
         _positive(self.m0, "m0")
         _positive(self.radius, "radius")
         _positive(self.d2, "d2")
+        g_ = concrete(self.g)
+        if g_ is not None and not np.isfinite(g_):
+            raise ModelError("'g' must be finite")
         _check_rails_inside(self.rails, self.radius, self.chi0)
         self._check_planar()
 
@@ -369,5 +427,14 @@ class Disk(AbstractModel):
         """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""
         return {"z_a": jnp.asarray(z_a, dtype=jnp.float64), "phi_a": jnp.asarray(x0)[2 * self.n]}
 
+    def check_state(self, x, name: str = "x0") -> None:
+        """Every mass strictly inside the disk."""
+        _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
+
+    def outside(self, x):
+        """True if a point mass is at or beyond the rim (|ζ_i(θ_i)| ≥ r)."""
+        return jnp.any(_rail_reach(self, x) >= 1.0) if self.n else jnp.asarray(False)
+
     def check_trajectory(self, ts, xs):
         _check_spokes(self, ts, xs)
+        _check_rails_along(self, ts, xs)

@@ -120,17 +120,53 @@ class AbstractRail(eqx.Module):
         return np.asarray(_sample_rows(self, th))
 
     def max_distance(self) -> np.ndarray:
-        """Largest |ζ(θ)| over :meth:`theta_range`, per row ``(k,)``, from dense sampling.
+        """Largest |ζ(θ)| over :meth:`theta_range`, per row ``(k,)``.
 
-        Sampling 4097 points of a smooth closed curve underestimates the maximum by
-        a relative O(1e-7) at most.
+        Dense sampling (4097 points) locates the peaks; each of the (up to 4) highest
+        sampled local maxima is then refined by Newton's method on d|ζ|²/dθ = 0 (with ζ′,
+        ζ″), kept within one sample spacing of its sample. The result is the maximum to
+        rounding for every peak wider than the sample spacing (θ-range/4096); a
+        narrower spike between two samples could still be missed.
         """
-        return np.max(np.linalg.norm(self.sample(), axis=-1), axis=-1)
+        lo, hi = self.theta_range()
+        pts = self.sample()
+        r2 = np.sum(pts * pts, axis=-1)  # (k, num)
+        num = r2.shape[1]
+        spacing = (hi - lo) / (num - 1)
+        # local maxima of the samples (ends included), highest first
+        left = np.concatenate([np.full((r2.shape[0], 1), -np.inf), r2[:, :-1]], axis=1)
+        right = np.concatenate([r2[:, 1:], np.full((r2.shape[0], 1), -np.inf)], axis=1)
+        peak = np.where((r2 >= left) & (r2 >= right), r2, -np.inf)
+        idx = np.argsort(-peak, axis=1)[:, :4]
+        th0 = lo + idx * spacing  # (k, 4)
+        refined = np.asarray(_refine_peaks(self, jnp.asarray(th0), spacing, lo, hi))  # (k, 4) |ζ|²
+        refined = np.where(np.take_along_axis(peak, idx, axis=1) > -np.inf, refined, -np.inf)
+        return np.sqrt(np.maximum(np.max(r2, axis=1), np.max(refined, axis=1)))
 
 
 @eqx.filter_jit
 def _sample_rows(rail, th):
     return jax.vmap(lambda row: jax.vmap(row.point)(th))(rail)
+
+
+@eqx.filter_jit
+def _refine_peaks(rail, th0, spacing, lo, hi):
+    """|ζ|² at the local maxima near ``th0`` ``(k, P)`` (Newton on d|ζ|²/dθ, 8 iterations)."""
+
+    def one(row, t0):
+        def newton(_, th):
+            z, dz, ddz = row.point_derivatives(th)
+            g1 = 2.0 * jnp.dot(z, dz)
+            g2 = 2.0 * (jnp.dot(dz, dz) + jnp.dot(z, ddz))
+            step = jnp.where(g2 < 0.0, -g1 / jnp.where(g2 < 0.0, g2, -1.0), 0.0)
+            th = jnp.clip(th + jnp.clip(step, -spacing, spacing), t0 - spacing, t0 + spacing)
+            return jnp.clip(th, lo, hi)
+
+        th = jax.lax.fori_loop(0, 8, newton, t0)
+        z = row.point(th)
+        return jnp.dot(z, z)
+
+    return jax.vmap(lambda row, t: jax.vmap(lambda t_: one(row, t_))(t))(rail, th0)
 
 
 def _check_rotation(rotation: Array, name: str = "rotation") -> None:

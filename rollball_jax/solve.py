@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from . import checks
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError
 from .models import AbstractModel
@@ -63,6 +64,7 @@ def integrate(
     dt0: float | Array | None = None,
     adjoint: dfx.AbstractAdjoint | None = None,
     throw: bool = False,
+    event: dfx.Event | None = None,
 ) -> dfx.Solution:
     """Solve the model's ODE and return the raw ``diffrax.Solution`` (no checks).
 
@@ -72,13 +74,16 @@ def integrate(
     ``inf`` after the failure time, unless ``throw=True`` (then a failed solve raises a
     runtime error, also under ``jit``). ``solver`` default ``Dopri8``; ``adjoint``
     default diffrax's ``RecursiveCheckpointAdjoint``. ``sol.ys`` is the pair
-    ``(states at ts (T, N), state at t1 (1, N))``.
+    ``(states at ts (T, N), state at t1 (1, N))``. ``event``: a ``diffrax.Event`` that
+    ends the solve (``simulate`` passes one that stops when a mass leaves the shell).
     """
     ts = jnp.asarray(ts, dtype=jnp.float64)
     t0 = ts[0] if t0 is None else t0
     t1 = ts[-1] if t1 is None else t1
     solver = default_solver() if solver is None else solver
     kwargs = {} if adjoint is None else {"adjoint": adjoint}
+    if event is not None:
+        kwargs["event"] = event
     return dfx.diffeqsolve(
         _term(model, control),
         solver,
@@ -94,6 +99,9 @@ def integrate(
     )
 
 
+PROBE_OFFSETS = np.concatenate([[0.0], np.logspace(-15, -1, 15)])
+
+
 @eqx.filter_jit
 def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps, dt0):
     # Shape checks run once, while tracing (shapes are static).
@@ -101,9 +109,42 @@ def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps
         u_shape = jax.eval_shape(control, t0).shape
         if u_shape != (model.n,):
             raise ModelError(f"control returns u of shape {u_shape} but the model has {model.n} masses")
-    sol = integrate(model, control, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0)
-    ys, y_end = sol.ys
-    return ys, sol.ts[1][-1], y_end[-1], sol.result._value, sol.stats
+    field = lambda t, x: model.vector_field(t, x, control)
+    f0 = field(t0, x0)
+    ok0 = jnp.all(jnp.isfinite(f0))
+    event = dfx.Event(lambda t, y, args, **kw: model.outside(y)) if model.n else None
+
+    def run():
+        sol = integrate(model, control, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol,
+                        max_steps=max_steps, dt0=dt0, event=event)
+        ys, y_end = sol.ys
+        stats = {k: jnp.asarray(sol.stats[k], jnp.int64) for k in ("num_steps", "num_accepted_steps", "num_rejected_steps")}
+        return ys, sol.ts[1][-1], y_end[-1], jnp.asarray(sol.result._value, jnp.int32), stats
+
+    def skip():  # the vector field is not finite at the start: do not spend max_steps on it
+        zero = jnp.asarray(0, jnp.int64)
+        stats = {"num_steps": zero, "num_accepted_steps": zero, "num_rejected_steps": zero}
+        return jnp.full((ts.shape[0], x0.shape[0]), jnp.inf), t0, x0, jnp.asarray(-1, jnp.int32), stats
+
+    ys, t_end, y_end, code, stats = jax.lax.cond(ok0, run, skip)
+    # Cause diagnosis for a failed solve: the vector field at the last state, at and just after
+    # the time reached (a field that turns non-finite makes the step size collapse there).
+    probe_ts = t_end + jnp.asarray(PROBE_OFFSETS) * (1.0 + jnp.abs(t_end))
+    probe = jax.vmap(lambda t: field(t, y_end))(probe_ts)
+    return ys, t_end, y_end, code, stats, probe_ts, probe
+
+
+def _nonfinite_field_message(model, probe_ts, probe) -> tuple[float, str] | None:
+    """``(t, message)`` of the first non-finite vector-field probe, or None."""
+    bad = ~np.all(np.isfinite(probe), axis=1)
+    if not np.any(bad):
+        return None
+    k = int(np.argmax(bad))
+    comp = int(np.argmax(~np.isfinite(probe[k])))
+    labels = model.state_labels()
+    t = float(probe_ts[k])
+    return t, (f"vector field not finite at t = {t:.9g}, in component {comp} ({labels[comp]!r}): "
+               "check the control, the force and the model parameters for NaN/inf or a singular value there")
 
 
 @eqx.filter_jit
@@ -207,42 +248,61 @@ def simulate(
 
     Raises
     ------
-    ModelError : ``x0`` of the wrong length or non-finite, mismatched control size.
-    SimulationError : the solver stopped early (``max_steps`` reached, step size
-        collapsed, non-finite state) — the message names the time reached and the
-        cause — or a mass ran off the end of a spoke rail.
+    ModelError : a bad argument, named in the message: ``x0`` of the wrong length,
+        non-finite, with a versor ``|q| ≠ 1`` (beyond ``checks.VERSOR_TOL`` = 1e-6; never
+        normalised silently) or a mass outside the shell; ``control`` not a control or of
+        the wrong size; ``rtol``/``atol`` not positive and finite; ``max_steps``/``n_save``
+        not a positive integer; ``t_span``/``ts`` invalid; JAX switched to float32.
+    SimulationError : the solver stopped early — the message names the time reached and
+        the cause: ``max_steps`` reached or step size collapsed; the vector field not
+        finite (with the time and the state component); a point mass leaving the shell
+        (checked at every step end by a ``diffrax.Event``, and at the save times), or
+        running off the end of a spoke rail.
     """
+    checks.require_x64("simulate")
     if not isinstance(model, AbstractModel):
-        raise ModelError(f"model must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
-    x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
-    if x0.shape != (model.state_size,):
-        raise ModelError(
-            f"x0 must have length {model.state_size} ({', '.join(model.state_labels())}); got {x0.shape[0]}"
-        )
-    if not np.all(np.isfinite(x0)):
-        raise ModelError("x0 contains non-finite values")
-    t0, t1 = float(t_span[0]), float(t_span[1])
+        raise ModelError(f"'model' must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
+    checks.control(model, control)
+    x0 = checks.state(model, x0)
+    checks.tolerance(rtol, "rtol")
+    checks.tolerance(atol, "atol")
+    max_steps = checks.max_steps(max_steps)
+    if dt0 is not None and not checks.finite_number(dt0, "dt0") > 0:
+        raise ModelError(f"'dt0' must be positive; got {dt0}")
+    t0, t1 = checks.finite_number(t_span[0], "t_span[0]"), checks.finite_number(t_span[1], "t_span[1]")
     if not t1 > t0:
         raise ModelError(f"t_span must satisfy t0 < t1; got {t_span}")
+    if ts is None:
+        if isinstance(n_save, bool) or not isinstance(n_save, (int, np.integer)) or n_save < 1:
+            raise ModelError(f"'n_save' must be a positive integer; got {n_save!r}")
     ts = np.linspace(t0, t1, n_save) if ts is None else np.asarray(ts, dtype=np.float64).reshape(-1)
-    if ts.size == 0 or ts[0] < t0 or ts[-1] > t1 or np.any(np.diff(ts) < 0):
-        raise ModelError("save times ts must be non-decreasing and lie within t_span")
+    if ts.size == 0 or not np.all(np.isfinite(ts)) or ts[0] < t0 or ts[-1] > t1 or np.any(np.diff(ts) < 0):
+        raise ModelError("save times 'ts' must be finite, non-decreasing and lie within t_span")
     solver = default_solver() if solver is None else solver
     start = time.perf_counter()
     # NumPy arrays (not Python floats) so that new values reuse the compiled solve.
     f64 = np.float64
-    ys, t_end, y_end, result, stats = _integrate_jit(
+    ys, t_end, y_end, result, stats, probe_ts, probe = _integrate_jit(
         model, control, x0, ts, np.asarray(t0, f64), np.asarray(t1, f64), solver,
         np.asarray(rtol, f64), np.asarray(atol, f64), int(max_steps),
         None if dt0 is None else np.asarray(dt0, f64),
     )
     ys = np.asarray(ys)
     wall = time.perf_counter() - start
-    stats = {k: int(v) for k, v in stats.items() if k in ("num_steps", "num_accepted_steps", "num_rejected_steps")}
+    stats = {k: int(v) for k, v in stats.items()}
     code = int(result)
     if code != int(dfx.RESULTS.successful._value):
-        cause = _result_message(code)
         t_reached = float(t_end)
+        field_bad = _nonfinite_field_message(model, np.asarray(probe_ts), np.asarray(probe))
+        if code == int(dfx.RESULTS.event_occurred._value):
+            model.check_trajectory(np.asarray([t_reached]), np.asarray(y_end)[None])
+            cause = "event"
+        elif field_bad is not None:
+            raise SimulationError(
+                f"solve failed at t = {t_reached:.9g} of [{t0:g}, {t1:g}]: {field_bad[1]}",
+                t_reached=t_reached, cause="non-finite vector field",
+            )
+        cause = _result_message(code)
         raise SimulationError(
             f"solve failed at t = {t_reached:.9g} of [{t0:g}, {t1:g}]: {cause} "
             f"(steps: {stats['num_accepted_steps']} accepted, {stats['num_rejected_steps']} rejected; "

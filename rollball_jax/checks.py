@@ -1,0 +1,122 @@
+"""Argument checks shared by the public entry points (host side, concrete values only).
+
+Every check raises :class:`~rollball_jax.errors.ModelError` naming the argument, the
+member or the state component at fault. Under ``jit``/``vmap``/``grad`` (traced values)
+the value checks are skipped: they ran when the concrete objects were built.
+
+Rules stated once, here:
+
+* **float64.** rollball_jax enables ``jax_enable_x64`` at import; if it is switched off
+  afterwards every model constructor and solve entry point refuses to run
+  (:func:`require_x64`): float32 cannot meet the default tolerances (1e-10) and the
+  model checks (a rotation matrix orthonormal to 1e-9) fail for rounding.
+* **Versor.** A ball state's versor ``q`` must have unit length to within
+  ``VERSOR_TOL = 1e-6`` (a state from a previous solve at the default tolerances drifts far
+  less); anything else, including ``q = 0``, is refused, never normalised silently
+  (normalise it yourself, ``q / |q|``, or use :meth:`Ball.initial_state`).
+* **Tolerances and limits.** ``rtol``, ``atol`` positive and finite; ``max_steps`` a
+  positive integer.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax
+import numpy as np
+
+from .errors import ModelError, concrete
+
+VERSOR_TOL = 1e-6
+
+
+def require_x64(where: str) -> None:
+    """Raise if JAX runs in float32 (``jax_enable_x64`` switched off after import)."""
+    if not jax.config.jax_enable_x64:
+        raise ModelError(
+            f"{where}: JAX is running in float32 (jax_enable_x64 was switched off after importing rollball_jax); "
+            "rollball_jax needs float64: call jax.config.update('jax_enable_x64', True) before building models"
+        )
+
+
+def tolerance(value, name: str) -> None:
+    """``rtol``/``atol``: positive and finite (scalar or array)."""
+    v = concrete(value)
+    if v is None:
+        return
+    v = np.asarray(v, dtype=float)
+    if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise ModelError(f"'{name}' must be positive and finite; got {v.tolist()}")
+
+
+def max_steps(value, name: str = "max_steps") -> int:
+    """A positive integer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise ModelError(f"'{name}' must be a positive integer; got {value!r}")
+    return int(value)
+
+
+def finite_number(value, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"'{name}' must be a number; got {value!r}") from None
+    if not math.isfinite(v):
+        raise ModelError(f"'{name}' must be finite; got {v}")
+    return v
+
+
+def finite_leaves(tree, name: str) -> None:
+    """Every concrete inexact array leaf of ``tree`` finite (else ModelError naming it)."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    for path, leaf in leaves:
+        if not hasattr(leaf, "dtype") and not isinstance(leaf, (float, int)):
+            continue
+        v = concrete(leaf)
+        if v is None or not np.issubdtype(np.asarray(v).dtype, np.inexact):
+            continue
+        if not np.all(np.isfinite(v)):
+            where = jax.tree_util.keystr(path)
+            raise ModelError(f"'{name}{where}' contains non-finite values: {np.asarray(v).tolist()}")
+
+
+def control(model, ctrl, name: str = "control") -> None:
+    """``ctrl`` is an :class:`~rollball_jax.controls.AbstractControl` of the model's size."""
+    from .controls import AbstractControl
+
+    if not isinstance(ctrl, AbstractControl):
+        raise ModelError(
+            f"'{name}' must be a rollball_jax control (ConstantControl, PaperStep, CubicSplineControl, ...); "
+            f"got {type(ctrl).__name__}"
+        )
+
+
+def state(model, x, name: str = "x0") -> np.ndarray:
+    """A concrete state ``(N,)`` of ``model``: length, finiteness, model rules (versor)."""
+    v = np.asarray(x, dtype=np.float64).reshape(-1)
+    if v.shape != (model.state_size,):
+        raise ModelError(
+            f"'{name}' must have length {model.state_size} ({', '.join(model.state_labels())}); got {v.shape[0]}"
+        )
+    bad = np.nonzero(~np.isfinite(v))[0]
+    if bad.size:
+        raise ModelError(f"'{name}' contains non-finite values (component {model.state_labels()[int(bad[0])]!r})")
+    model.check_state(v, name)
+    return v
+
+
+def versor(q, name: str) -> None:
+    """``|q| = 1`` to within :data:`VERSOR_TOL` (concrete ``q`` ``(4,)``)."""
+    norm = float(np.linalg.norm(q))
+    if not abs(norm - 1.0) <= VERSOR_TOL:
+        raise ModelError(
+            f"'{name}': the versor q = {np.asarray(q).tolist()} has |q| = {norm:.12g}; it must have unit length "
+            f"(to within {VERSOR_TOL:g}): normalise it (q / |q|) or build the state with Ball.initial_state"
+        )
+
+
+def nonfinite_component(values, labels) -> str | None:
+    """Label of the first non-finite entry of ``values`` ``(N,)``, or None."""
+    bad = np.nonzero(~np.isfinite(np.asarray(values)))[0]
+    return None if bad.size == 0 else labels[int(bad[0])]

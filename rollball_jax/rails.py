@@ -41,6 +41,9 @@ def _rows(x: ArrayLike, k: int | None, tail: tuple[int, ...], name: str) -> Arra
             x = jnp.broadcast_to(x, (k, *tail))
         else:
             raise ModelError(f"rail parameter '{name}' has {x.shape[0]} rows, expected {k}")
+    v = concrete(x)
+    if v is not None and not np.all(np.isfinite(v)):
+        raise ModelError(f"rail parameter '{name}' contains non-finite values: {np.asarray(v).tolist()}")
     return x
 
 
@@ -374,6 +377,10 @@ class FunctionRail(AbstractRail):
             params = jax.tree_util.tree_map(lambda x: x[None], params)
         if params is None or not jax.tree_util.tree_leaves(params):
             params = {"_k": jnp.zeros((1,))}
+        for leaf in jax.tree_util.tree_leaves(params):
+            v = concrete(leaf)
+            if v is not None and not np.all(np.isfinite(v)):
+                raise ModelError(f"FunctionRail 'params' contain non-finite values: {np.asarray(v).tolist()}")
         self.params = params
         self.fn = fn
         self.period = (float(period[0]), float(period[1]))

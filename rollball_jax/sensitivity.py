@@ -49,6 +49,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from . import discrete_adjoint
+from .errors import ModelError, concrete
 from .solve import DEFAULT_ATOL, DEFAULT_RTOL, default_solver, stepsize_controller
 
 ADJOINTS = ("discrete", "forward", "backsolve")
@@ -113,6 +114,7 @@ def trajectory(
     more raises at run time naming it (``throw=False``: ``inf`` states instead).
     """
     adj = resolve_adjoint(adjoint, checkpoints)
+    _check_inputs(model, control, x0, rtol, atol, max_steps)
     if isinstance(adj, dfx.BacksolveAdjoint):
         ts = jnp.asarray(ts, dtype=jnp.float64)
         # BacksolveAdjoint differentiates only through `args`, not closed-over values.
@@ -129,6 +131,24 @@ def trajectory(
         vf, params, x0, ts, control.kink_times, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps,
         dtmax=dtmax, tangent_control=tangent_control, throw=throw,
     )
+
+
+def _check_inputs(model, control, x0, rtol, atol, max_steps) -> None:
+    """Argument checks of the differentiable entry points (concrete values only: under a
+    transformation the traced values were checked when built)."""
+    from . import checks
+    from .models import AbstractModel
+
+    checks.require_x64("trajectory")
+    if not isinstance(model, AbstractModel):
+        raise ModelError(f"'model' must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
+    checks.control(model, control)
+    checks.tolerance(rtol, "rtol")
+    checks.tolerance(atol, "atol")
+    checks.max_steps(max_steps)
+    x = concrete(x0)
+    if x is not None:
+        checks.state(model, x)
 
 
 def final_state(model, control, x0, t_span: tuple[float, float], **solve_kw) -> Float[Array, " N"]:

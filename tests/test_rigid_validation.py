@@ -46,7 +46,7 @@ def test_initial_state_errors():
         rigid.HeavyTop(1.0, [1.0, 1.0, 1.0], [0.0, 0.0, 1.0]).initial_state(Omega=[1.0, 2.0])
     with pytest.raises(ModelError, match="unit length"):
         rigid.Kirchhoff(GOOD6).state_from_body(q=[2.0, 0.0, 0.0, 0.0])
-    with pytest.raises(ModelError, match="x0 must have length 13"):
+    with pytest.raises(ModelError, match="'x0' must have length 13"):
         rb.simulate(rigid.Kirchhoff(GOOD6), rb.ConstantControl([]), np.zeros(7), (0.0, 1.0))
 
 

@@ -59,7 +59,7 @@ def test_initial_state_errors():
 def test_simulate_argument_errors():
     ball = make_paper_ball()
     ctl = rb.PaperStep.ball(3)
-    with pytest.raises(ModelError, match="x0 must have length 15"):
+    with pytest.raises(ModelError, match="'x0' must have length 15"):
         rb.simulate(ball, ctl, PAPER_BALL_X0[:-1], (0, 1))
     bad = PAPER_BALL_X0.copy()
     bad[0] = np.nan

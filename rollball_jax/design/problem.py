@@ -181,6 +181,9 @@ class DesignProblem(eqx.Module):
         self.x0 = jnp.asarray(x0, dtype=jnp.float64)
         if self.x0.shape != (model.state_size,):
             raise ModelError(f"x0 must have length {model.state_size}; got shape {self.x0.shape}")
+        from .. import checks
+
+        checks.state(model, self.x0)
         self.horizon = float(horizon)
         if not self.horizon > 0:
             raise ModelError(f"horizon must be positive; got {horizon}")

@@ -1,0 +1,236 @@
+"""No silent bad input: every kind of invalid design, state, control or setting is refused
+with its cause (the error class, and a message naming the parameter / time / mass).
+
+One test per kind; each also checks that the nearest *valid* input is accepted, so a
+check that refuses too much fails here as well.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rollball_jax as rb
+from rollball_jax import batch, checks, config
+from rollball_jax.errors import ConfigError, ModelError, SimulationError
+
+from conftest import PAPER_BALL_X0, make_paper_ball
+
+
+@pytest.fixture(scope="module")
+def ball():
+    return make_paper_ball()
+
+
+CTL = rb.PaperStep.ball(3)
+
+
+# ---- 1. versor -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [1.1, 1.5, 1.001, 0.0])
+def test_non_unit_versor_refused_everywhere(ball, scale):
+    x = PAPER_BALL_X0.copy()
+    x[6:10] *= scale
+    with pytest.raises(ModelError, match=r"versor .*\|q\| = "):
+        rb.simulate(ball, CTL, x, (0.0, 1.0))
+    with pytest.raises(ModelError, match=r"q of member 1"):
+        batch.simulate_batch([ball, ball], CTL, np.stack([PAPER_BALL_X0, x]), (0.0, 1.0), control_axis=None)
+    with pytest.raises(ModelError, match="versor"):
+        rb.trajectory(ball, CTL, x, jnp.array([0.0, 1.0]))
+    with pytest.raises(ModelError, match="versor"):
+        rb.design.DesignProblem(ball, x, horizon=1.0)
+
+
+def test_versor_tolerance_is_the_stated_one(ball):
+    """Within VERSOR_TOL (1e-6) a state is accepted (e.g. one a long solve returned)."""
+    x = PAPER_BALL_X0.copy()
+    x[6:10] *= 1.0 + 0.5 * checks.VERSOR_TOL
+    sol = rb.simulate(ball, CTL, x, (0.0, 0.5), n_save=3)
+    assert np.all(np.isfinite(sol.xs))
+    x[6:10] *= (1.0 + 3.0 * checks.VERSOR_TOL) / (1.0 + 0.5 * checks.VERSOR_TOL)
+    with pytest.raises(ModelError, match="unit length"):
+        rb.simulate(ball, CTL, x, (0.0, 0.5))
+
+
+# ---- 2. non-finite values ---------------------------------------------------------------
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "build, name",
+    [
+        (lambda: rb.ConstantControl([NAN, 0.0, 0.0]), "ConstantControl.values"),
+        (lambda: rb.PiecewiseLinearControl([0.0, 1.0], [[0.0, NAN]] * 3), "PiecewiseLinearControl.values"),
+        (lambda: rb.CubicSplineControl([0.0, 1.0, 2.0], [[0.0, 1.0, float("inf")]]), "CubicSplineControl.values"),
+        (lambda: rb.PiecewiseLinearControl([0.0, NAN], [[0.0, 1.0]]), "PiecewiseLinearControl.knots"),
+        (lambda: rb.PaperStep.ball(3, amplitude=NAN), "PaperStep"),
+        (lambda: rb.FunctionControl(lambda t, p: p * jnp.ones(3), params=jnp.asarray(NAN)), "FunctionControl.params"),
+        (lambda: rb.FunctionForce(lambda t, p: p * jnp.ones(3), params=jnp.asarray(NAN)), "FunctionForce.params"),
+        (lambda: rb.ConstantForce([0.0, NAN, 0.0]), "ConstantForce.value"),
+        (lambda: rb.Disk(1.0, 1.0, 1.0, g=NAN), "'g'"),
+        (lambda: rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], g=NAN), "'g'"),
+    ],
+)
+def test_non_finite_values_refused_at_construction(build, name):
+    with pytest.raises(ModelError, match=name.replace(".", r"\.")):
+        build()
+
+
+def _ball_with_force(fn, params):
+    v = [[0.0, 0.0, 1.0], [np.pi / 2, 0.0, 1.0], [np.pi / 4, np.pi / 4, 1.0]]
+    rails = [rb.CircleRail.paper(r, vi) for r, vi in zip([0.95, 0.9, 0.85], v)]
+    return rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0, 1.0, 1.0], rails,
+                   force=rb.FunctionForce(fn, params=jnp.asarray(params)))
+
+
+def _nan_after(t, p):
+    return jnp.where(t > p, jnp.nan, 0.0) * jnp.ones(3)
+
+
+def test_vector_field_turning_non_finite_is_named_with_time_and_component():
+    """A force that becomes NaN at t = 2: the cause is the vector field (not 'max_steps'),
+    with the time and the state component, in simulate and as a batch member's cause."""
+    bad = _ball_with_force(_nan_after, 2.0)
+    with pytest.raises(SimulationError, match=r"vector field not finite at t = 2(\.0*\d*)?, in component 10 \('Omega1'\)") as info:
+        rb.simulate(bad, CTL, PAPER_BALL_X0, (0.0, 5.0))
+    assert info.value.cause == "non-finite vector field"
+    assert abs(info.value.t_reached - 2.0) < 1e-6
+    good = _ball_with_force(_nan_after, 100.0)
+    res = batch.simulate_batch([good, bad], CTL, np.stack([PAPER_BALL_X0] * 2), (0.0, 5.0), control_axis=None,
+                               max_steps=2000)
+    assert res.status[0] == 0 and res.status[1] == batch.STATUS_NONFINITE_FIELD
+    assert "vector field not finite at t = 2" in res.causes[1] and "Omega1" in res.causes[1]
+
+
+def test_non_finite_field_at_start_fails_fast():
+    """A NaN reaching the field through a parameter changed after construction (tree_at):
+    refused at t0 without spending max_steps."""
+    import equinox as eqx
+
+    ball = _ball_with_force(lambda t, p: p * jnp.ones(3), 0.0)
+    ball = eqx.tree_at(lambda b: b.force.params, ball, jnp.asarray(jnp.nan))
+    with pytest.raises(SimulationError, match=r"vector field not finite at t = 0") as info:
+        rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 5.0), max_steps=10**6)
+    assert info.value.t_reached == 0.0
+
+
+# ---- 3. float32 ---------------------------------------------------------------------------
+
+
+def test_float32_is_detected():
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(ModelError, match="float32.*jax_enable_x64"):
+            rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0])
+        with pytest.raises(ModelError, match="float32"):
+            rb.Disk(1.0, 1.0, 1.0)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    ball = make_paper_ball()
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(ModelError, match="float32"):
+            rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 1.0))
+        with pytest.raises(ModelError, match="float32"):
+            batch.simulate_batch([ball, ball], CTL, np.stack([PAPER_BALL_X0] * 2), (0.0, 1.0), control_axis=None)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+# ---- 4. a mass leaving the shell ------------------------------------------------------------
+
+
+def _line_rail_ball():
+    line = rb.FunctionRail(lambda th, p: jnp.array([0.1 * th, 0.0, 0.0]))  # open: leaves at θ = 10
+    return rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0], [line])
+
+
+def test_mass_leaving_on_open_rail_is_stopped_with_mass_and_time():
+    b = _line_rail_ball()
+    x0 = b.initial_state(theta=[1.0], theta_dot=[1.0])  # θ(t) = 1 + t + t²/4: θ = 10 at t ≈ 4.32
+    with pytest.raises(SimulationError, match=r"mass 1 is outside the ball") as info:
+        rb.simulate(b, rb.ConstantControl([0.5]), x0, (0.0, 100.0))
+    assert info.value.cause == "rail left"
+    assert 4.0 < info.value.t_reached < 5.0  # stopped at the step that crossed, not at t = 100
+    res = batch.simulate_batch([b, b], rb.ConstantControl([0.5]), np.stack([x0, x0]), (0.0, 100.0),
+                               control_axis=None)
+    assert np.all(res.status == batch.STATUS_RAIL_LEFT) and "outside the shell" in res.causes[0]
+    # the same rail with a motion that stays inside is fine
+    sol = rb.simulate(b, rb.ConstantControl([0.0]), b.initial_state(theta=[1.0], theta_dot=[0.5]), (0.0, 10.0))
+    assert np.max(np.abs(sol.theta)) < 10.0
+
+
+def test_rail_poking_out_between_samples_is_refused():
+    """A circle whose furthest point is 5e-10 outside the shell, between the sample points."""
+    eps = 1e-9
+    with pytest.raises(ModelError, match="rail of mass 1 reaches"):
+        rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], masses=[1.0], rails=[rb.CircleRail(0.5, center=[0.5 + eps / 2, 0.0, 0.0])])
+    shifted = rb.FunctionRail(lambda th, p: jnp.array([0.5 * jnp.cos(th + 1e-4) + 0.5 + 6e-10, 0.0, 0.5 * jnp.sin(th + 1e-4)]))
+    assert shifted.max_distance()[0] - 1.0 == pytest.approx(6e-10, abs=1e-13)
+    with pytest.raises(ModelError, match="rail of mass 1 reaches"):
+        rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], masses=[1.0], rails=[shifted])
+    # 5e-10 inside is accepted
+    rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], masses=[1.0], rails=[rb.CircleRail(0.5, center=[0.5 - eps / 2, 0.0, 0.0])])
+
+
+def test_initial_state_outside_the_shell_is_refused():
+    b = _line_rail_ball()
+    with pytest.raises(ModelError, match="mass 1 is outside the ball"):
+        rb.simulate(b, rb.ConstantControl([0.0]), b.initial_state(theta=[12.0]), (0.0, 1.0))
+
+
+# ---- 5. settings ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(rtol=-1.0, atol=-1.0), "'rtol'"),
+        (dict(atol=0.0), "'atol'"),
+        (dict(rtol=NAN), "'rtol'"),
+        (dict(max_steps=0), "'max_steps'"),
+        (dict(max_steps=1.5), "'max_steps'"),
+        (dict(n_save=0), "'n_save'"),
+        (dict(dt0=-0.1), "'dt0'"),
+        (dict(ts=[0.0, NAN]), "'ts'"),
+    ],
+)
+def test_bad_settings_name_the_argument(ball, kwargs, name):
+    with pytest.raises(ModelError, match=name):
+        rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), **kwargs)
+
+
+def test_bad_control_and_force_name_the_argument(ball):
+    with pytest.raises(ModelError, match="'control' must be a rollball_jax control"):
+        rb.simulate(ball, None, PAPER_BALL_X0, (0.0, 1.0))
+    with pytest.raises(ModelError, match="'control' must be"):
+        rb.trajectory(ball, lambda t: jnp.zeros(3), PAPER_BALL_X0, jnp.array([0.0, 1.0]))
+    with pytest.raises(ModelError, match=r"shape \(3,\); got shape \(2,\)"):
+        rb.FunctionForce(lambda t, p: jnp.zeros(2))
+    with pytest.raises(ModelError, match="'max_steps'"):
+        batch.simulate_batch([ball, ball], CTL, np.stack([PAPER_BALL_X0] * 2), (0.0, 1.0), control_axis=None, max_steps=0)
+    with pytest.raises(ModelError, match="'rtol'"):
+        rb.final_gc(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), rtol=-1.0)
+
+
+# ---- 6. the README's own example --------------------------------------------------------------
+
+
+def test_submodules_reachable_from_the_package():
+    assert rb.batch.simulate_batch is batch.simulate_batch
+    assert callable(rb.config.load_config) and callable(rb.design.DesignProblem)
+    with pytest.raises(AttributeError, match="no attribute 'batchh'"):
+        rb.batchh  # noqa: B018
+
+
+# ---- 7. config typos -----------------------------------------------------------------------------
+
+
+def test_config_typo_of_required_key_is_named():
+    with pytest.raises(ConfigError, match=r"model\.radius: required key is missing .*'model\.radious'.*did you mean 'radius'"):
+        config.build_from_mapping({"model": {"type": "ball", "m0": 1.0, "radious": 1.0, "inertia": [1, 1, 1]},
+                                   "time": {"t1": 1.0}})

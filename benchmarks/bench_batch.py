@@ -1,6 +1,6 @@
 """Benchmark: batched solves of the perturbed paper ball (issue 4).
 
-The paper's ball (seed 001, section 7) with random rail radii in [0.8, 0.95] and random
+The paper's ball (Putkaradze & Rogers, section 7) with random rail radii in [0.8, 0.95] and random
 initial rail angles θ_i(0) in [0, 2π), u(t) of (7.11), t ∈ [0, 20], 21 save times,
 rtol = atol = 1e-8, Dopri8 (all methods). Printed, in one run, for B = 1, 16, 256, 4096
 and 16384:

@@ -1,4 +1,4 @@
-"""Cost of exact derivatives on the paper's rolling ball (seed 001, sec. 7), in one run.
+"""Cost of exact derivatives on the paper's rolling ball (Putkaradze & Rogers, sec. 7), in one run.
 
 Rows:
   * ∂f/∂x of the vector field (7.2): forward-mode autodiff vs complex step (the paper's
@@ -64,7 +64,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=30, help="timed repeats per row (median reported)")
     args = parser.parse_args(argv)
 
-    print("rollball_jax derivative benchmark: paper ball (seed 001, sec. 7), t in [0, 20], tol 1e-10")
+    print("rollball_jax derivative benchmark: paper ball (Putkaradze & Rogers, sec. 7), t in [0, 20], tol 1e-10")
     print(f"python {platform.python_version()} | jax {jax.__version__} ({jax.default_backend()}) | "
           f"cpu count {os.cpu_count()} | rollball_jax {rb.__version__}")
 

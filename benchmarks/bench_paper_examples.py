@@ -1,4 +1,4 @@
-"""Benchmark: the two numerical examples of the rolling-ball paper (seed 001, sections 6 and 7).
+"""Benchmark: the two numerical examples of the rolling-ball paper (Putkaradze & Rogers, sections 6 and 7).
 
 Times, in one run,
 
@@ -41,7 +41,7 @@ TOL = {"disk": 1e-12, "ball": 1e-10}
 
 
 # =====================================================================================
-# Independent NumPy right-hand sides (seed 001); no rollball_jax code is used here.
+# Independent NumPy right-hand sides (Putkaradze & Rogers); no rollball_jax code is used here.
 # =====================================================================================
 def paper_ramp(t: float) -> float:
     """Magnitude of the prescribed acceleration (6.6)/(7.11)."""
@@ -309,7 +309,7 @@ def main(argv=None):
 
     t_import = time.perf_counter() - t_import
 
-    print("rollball_jax paper-example benchmark (seed 001, sections 6 and 7), t in [0, 20]")
+    print("rollball_jax paper-example benchmark (Putkaradze & Rogers, sections 6 and 7), t in [0, 20]")
     print(
         f"python {platform.python_version()} | jax {jax.__version__} (backend {jax.default_backend()}, "
         f"devices {[str(d) for d in jax.devices()]}) | numpy {np.__version__} | scipy {scipy.__version__}"

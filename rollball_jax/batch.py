@@ -12,7 +12,7 @@ Strategies (``mode=``), see ``docs/batch.md`` for measurements:
 ``"adaptive"`` (default)
     ``jax.vmap`` of :func:`rollball_jax.integrate`: every member has its own adaptive
     step sequence, exactly as a single :func:`rollball_jax.simulate` call with the same
-    settings (results agree to rounding). Under ``vmap`` the members advance in
+    settings (results agree to within the tolerance, not bit for bit: see ``docs/batch.md``). Under ``vmap`` the members advance in
     lockstep: the batch runs as many loop iterations as its slowest member, and every
     iteration pays for diffrax's per-member control flow.
 ``"lockstep"``

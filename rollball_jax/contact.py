@@ -1,4 +1,4 @@
-"""Contact force along a trajectory: total momentum balance (seed 001, sec. 4, eq. 5.44).
+"""Contact force along a trajectory: total momentum balance (Putkaradze & Rogers, sec. 4, eq. 5.44).
 
 The plane pushes on the ball (or disk) at the contact point with a force F_c. Newton's
 second law for the whole system (the shell m0 with its static structure and the point

@@ -1,9 +1,9 @@
-"""Prescribed mass motion: rail accelerations θ̈(t) = u(t) (seed 001, eqs. 6.2, 7.2).
+"""Prescribed mass motion: rail accelerations θ̈(t) = u(t) (Putkaradze & Rogers, eqs. 6.2, 7.2).
 
 Every control is an ``eqx.Module`` called as ``u = control(t)`` with ``t`` a scalar and
 ``u`` of shape ``(n,)`` [rad/s² for angle-parametrised rails, length/s² for spokes].
 ``control.kink_times`` lists the times where u(t) is not smooth; ``simulate`` makes the
-solver step exactly onto them (``shared/NOTES.md``: stepping across the kinks of (6.6)
+solver step exactly onto them (stepping across the kinks of (6.6)
 costs a high-order method its order).
 """
 
@@ -40,7 +40,7 @@ class AbstractControl(eqx.Module):
 
 
 class PaperStep(AbstractControl):
-    """Smoothed unit step of the paper (seed 001, eqs. 6.6 and 7.11).
+    """Smoothed unit step of the paper (Putkaradze & Rogers, eqs. 6.6 and 7.11).
 
     ``u_i(t) = amplitude · sign_i · {1 for t ≤ t_a; (t_b − t)/(t_b − t_a) for t_a ≤ t ≤ t_b;
     0 for t ≥ t_b}`` with t_a = 0.1, t_b = 0.2 in the paper ((t_b − t)/(t_b − t_a) = −10t + 2).

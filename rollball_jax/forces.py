@@ -1,4 +1,4 @@
-"""External force F_e(t) acting at the geometric centre, spatial frame (seed 001, eq. 5.21)."""
+"""External force F_e(t) acting at the geometric centre, spatial frame (Putkaradze & Rogers, eq. 5.21)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Rotations, quaternions and frames (paper: seed 001, Appendix 2 and section 7).
+"""Rotations, quaternions and frames (paper: Putkaradze & Rogers, Appendix 2 and section 7).
 
-Conventions (verified in ``shared/NOTES.md``):
+Conventions (verified against the paper's figures and equations):
 
 * vectors are ``(..., 3)`` arrays; the hat map is ``hat(a) @ b == a × b``;
 * quaternions are ``(..., 4)`` arrays, scalar first, ``q = [q0, q1, q2, q3]`` (2.1);
@@ -17,7 +17,7 @@ E3 = jnp.array([0.0, 0.0, 1.0])
 
 
 def hat(a: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
-    """Hat map R³ → so(3): ``hat(a) @ b = a × b`` (seed 001, sec. 5.1)."""
+    """Hat map R³ → so(3): ``hat(a) @ b = a × b`` (Putkaradze & Rogers, sec. 5.1)."""
     a = jnp.asarray(a)
     z = jnp.zeros_like(a[..., 0])
     a1, a2, a3 = a[..., 0], a[..., 1], a[..., 2]
@@ -41,7 +41,7 @@ def vee(m: Float[ArrayLike, "... 3 3"]) -> Float[Array, "... 3"]:
 
 
 def quat_multiply(p: Float[ArrayLike, "... 4"], q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
-    """Quaternion product ``p q`` (seed 001, eq. 2.7), scalar-first."""
+    """Quaternion product ``p q`` (Putkaradze & Rogers, eq. 2.7), scalar-first."""
     p = jnp.asarray(p)
     q = jnp.asarray(q)
     p0, pv = p[..., :1], p[..., 1:]
@@ -64,7 +64,7 @@ def sharp(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 4"]:
 
 
 def rotation_matrix(q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
-    """Rotation matrix Λ of a versor, body → spatial (seed 001, eq. 2.15).
+    """Rotation matrix Λ of a versor, body → spatial (Putkaradze & Rogers, eq. 2.15).
 
     ``q`` is used as given (no normalisation), exactly as (2.15) is written; for a
     versor that drifted off the unit sphere Λ is then not exactly orthogonal.
@@ -88,7 +88,7 @@ def rotation_matrix(q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
 
 
 def rotation_about_e2(phi: Float[ArrayLike, "..."]) -> Float[Array, "... 3 3"]:
-    """Disk orientation Λ(φ), rotation by φ about e2 (seed 001, eq. 5.29)."""
+    """Disk orientation Λ(φ), rotation by φ about e2 (Putkaradze & Rogers, eq. 5.29)."""
     phi = jnp.asarray(phi)
     c, s = jnp.cos(phi), jnp.sin(phi)
     z, o = jnp.zeros_like(phi), jnp.ones_like(phi)
@@ -98,7 +98,7 @@ def rotation_about_e2(phi: Float[ArrayLike, "..."]) -> Float[Array, "... 3 3"]:
 
 
 def spherical_to_cartesian(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
-    """ς(φ, θ, ρ) = ρ (cos θ cos φ, cos θ sin φ, sin θ) (seed 001, eq. 7.9).
+    """ς(φ, θ, ρ) = ρ (cos θ cos φ, cos θ sin φ, sin θ) (Putkaradze & Rogers, eq. 7.9).
 
     ``φ`` is the azimuth, ``θ`` the elevation above the e1–e2 plane, ``ρ`` the length.
     """
@@ -131,10 +131,10 @@ def frisvad_basis(n: Float[ArrayLike, "3"]) -> tuple[Float[Array, "3"], Float[Ar
 
 
 def paper_rail_rotation(v: Float[ArrayLike, "3"]) -> Float[Array, "3 3"]:
-    """Rail orientation B(ς(v)) of the paper's ball example (seed 001, eqs. 7.8–7.10).
+    """Rail orientation B(ς(v)) of the paper's ball example (Putkaradze & Rogers, eqs. 7.8–7.10).
 
     Columns ``[n | b2 | -b1]`` with ``n = ς(v)`` and ``(b1, b2)`` from
-    :func:`frisvad_basis`: the column order verified in ``shared/NOTES.md`` (the only
+    :func:`frisvad_basis`: the column order verified against the paper's example (the only
     right-handed choice for which the paper's θ_a puts the system CM above the GC).
     A rail ``(cos θ, 0, sin θ)`` in this frame is ``cos θ n − sin θ b1``.
     """

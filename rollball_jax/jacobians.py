@@ -1,4 +1,4 @@
-"""Exact Jacobians of the vector fields: ∂f/∂x and ∂f/∂p (seed 001, eqs. 6.2, 7.2).
+"""Exact Jacobians of the vector fields: ∂f/∂x and ∂f/∂p (Putkaradze & Rogers, eqs. 6.2, 7.2).
 
 The paper supplies stiff integrators (ode15s, ode23t, radau5) with the Jacobian of f with
 respect to the state, computed by complex-step differentiation (sec. 6 and 7, refs.

@@ -172,7 +172,7 @@ def _check_spokes(model, ts, xs):
 
 
 class Ball(AbstractModel):
-    """Rolling ball with static internal structure and point masses on rails (seed 001, sec. 4).
+    """Rolling ball with static internal structure and point masses on rails (Putkaradze & Rogers, sec. 4).
 
     Attributes
     ----------
@@ -314,7 +314,7 @@ class Ball(AbstractModel):
 
 
 class Disk(AbstractModel):
-    """Rolling disk: the ball's planar special case (seed 001, sec. 5.4).
+    """Rolling disk: the ball's planar special case (Putkaradze & Rogers, sec. 5.4).
 
     The disk rolls in the e1–e3 plane about E2 (principal, orthogonal to the plane);
     all rails lie in the body x–z plane (ζ_2 ≡ 0).

@@ -169,7 +169,7 @@ def trajectory_dataset(solution, config=None) -> xr.Dataset:
         "wall_time_s": float(solution.wall_time),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "conventions": (
-            "seed 001 (rolling ball paper): body frame translated to the GC; spatial frame with the "
+            "Putkaradze & Rogers (rolling ball paper): body frame translated to the GC; spatial frame with the "
             "e1-e2 plane through the GC (GC height 0, CP height -r); state ordering (7.1) ball, (6.1) disk"
         ),
         **_config_attrs(config),

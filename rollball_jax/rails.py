@@ -1,4 +1,4 @@
-"""Rails: curves ζ(θ) along which the point masses move (seed 001, sec. 5.3, eq. 5.27).
+"""Rails: curves ζ(θ) along which the point masses move (Putkaradze & Rogers, sec. 5.3, eq. 5.27).
 
 A rail is given in the body frame translated to the geometric centre (GC), in units of
 length. Every rail class holds its parameters with a leading axis ``k``: one row per
@@ -210,7 +210,7 @@ def _frame_args(k, center, rotation):
 
 
 class CircleRail(_PlanarRail):
-    """Circular rail ζ(θ) = c + R ρ (cos θ, 0, sin θ) (seed 001, eqs. 5.42, 6.5, 7.8).
+    """Circular rail ζ(θ) = c + R ρ (cos θ, 0, sin θ) (Putkaradze & Rogers, eqs. 5.42, 6.5, 7.8).
 
     Parameters (each with an optional leading axis ``k``):
     ``radius`` ρ ``(k,)`` [length]; ``rotation`` R ``(k, 3, 3)``, columns = rail frame
@@ -236,8 +236,8 @@ class CircleRail(_PlanarRail):
     def paper(cls, radius, v, center=None) -> "CircleRail":
         """Circle of radius ``radius`` oriented by spherical coordinates ``v = (φ, θ, ρ)``.
 
-        Rotation ``B(ς(v))`` of seed 001, eqs. 7.8–7.10, with the Frisvad column order
-        verified in ``shared/NOTES.md``. ``v`` has shape ``(3,)`` or ``(k, 3)``.
+        Rotation ``B(ς(v))`` of Putkaradze & Rogers, eqs. 7.8–7.10, with the Frisvad column order
+        verified against the paper's example. ``v`` has shape ``(3,)`` or ``(k, 3)``.
         """
         v = jnp.asarray(v, dtype=jnp.float64)
         rot = jax.vmap(paper_rail_rotation)(jnp.atleast_2d(v))

@@ -8,7 +8,7 @@ the jit-compiled vector field and its exact forward-mode Jacobian ∂f/∂x (the
 :func:`rollball_jax.jacobians.state_jacobian`) as NumPy-in/NumPy-out callables.
 
 As in :func:`rollball_jax.simulate`, the integration is restarted at the control's kink
-times (``shared/NOTES.md``: stepping across the kinks of (6.6)/(7.11) costs a high-order
+times (stepping across the kinks of (6.6)/(7.11) costs a high-order
 method its order).
 
 Host integrators call f(t, x) thousands of times, so the per-call overhead matters: the

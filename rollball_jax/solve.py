@@ -2,7 +2,7 @@
 
 Defaults: diffrax ``Dopri8`` (explicit Runge–Kutta of order 8 with an embedded error
 estimate), a PID step-size controller, and the control's kink times passed as jump
-times so steps land exactly on them (``shared/NOTES.md``: stepping across the kinks of
+times so steps land exactly on them (stepping across the kinks of
 (6.6)/(7.11) costs a high-order method its order).
 """
 
@@ -164,7 +164,9 @@ class Solution:
     ``model.observables``; for the ball and disk: ``gc``, ``contact_point``,
     ``orientation``, ``omega_body``, ``omega_spatial``, ``masses_body``,
     ``masses_spatial``, ``cm_body``, ``cm_spatial``, ``energy`` — see
-    :func:`rollball_jax.observables.observables` for shapes and frames.
+    :func:`rollball_jax.observables.observables` for shapes and frames. States at save
+    times between steps are dense-output interpolants (see
+    :func:`rollball_jax.observables.energy` for what that means for conservation checks).
     """
 
     ts: np.ndarray

@@ -15,7 +15,7 @@ _vf = eqx.filter_jit(lambda model, t, x, ctl: model.vector_field(t, x, ctl))
 
 
 def test_paper_ball_cm_above_gc(paper_ball):
-    # sec. 7: θ_a = (0, 2.0369, 0.7044) puts the total CM directly above the GC (NOTES.md)
+    # sec. 7: θ_a = (0, 2.0369, 0.7044) puts the total CM directly above the GC (verified convention)
     cm = rb.observables.system_cm_body(paper_ball, jnp.asarray(PAPER_BALL_X0))
     assert np.hypot(cm[0], cm[1]) < 1e-4
     assert cm[2] > 0
@@ -84,7 +84,7 @@ def _random_ball(n=3, chi0=(0.03, -0.02, -0.1)):
 
 
 def test_energy_conserved_with_masses_fixed():
-    # NOTES.md: u = 0, θ̇ = 0, F_e = 0 conserves energy. Tolerance: rtol = atol = 1e-10 per step,
+    # Verified convention: u = 0, θ̇ = 0, F_e = 0 conserves energy. Tolerance: rtol = atol = 1e-10 per step,
     # ~100 steps, errors not systematic -> drift well below 1e-8 relative.
     ball = _random_ball()
     x0 = ball.initial_state(theta=rng.uniform(0, 6, 3), Omega=[0.4, -0.6, 0.9])
@@ -120,7 +120,7 @@ def _energy_balance(model, ctl, t, x):
 
 
 def test_energy_balance_at_random_states():
-    # NOTES.md: dE/dt = Σ ⟨rail force on m_i, θ̇_i ζ′_i⟩ + ⟨F_e, ż_GC⟩ — an identity of the exact
+    # Verified convention: dE/dt = Σ ⟨rail force on m_i, θ̇_i ζ′_i⟩ + ⟨F_e, ż_GC⟩ — an identity of the exact
     # vector field, so it holds to rounding (relative 1e-11 allows for the 3×3 solve's conditioning).
     v = rng.uniform([-np.pi, -1.2, 1.0], [np.pi, 1.2, 1.0], size=(3, 3))
     rails = [rb.CircleRail.paper(0.8, v[0]), rb.EllipseRail(0.5, 0.3, center=[0.1, 0.1, 0.0]),

@@ -22,7 +22,7 @@ from rollball_jax.config import example_text
 REFERENCE = Path(__file__).resolve().parent / "data" / "paper_examples.json"
 FIGURES = ("paths_body.png", "paths_spatial.png", "gc_path.png", "time_series.png")
 # The paper's tolerances (1e-10 ball, 1e-12 disk) give a global error ~1e-9 at t = 20
-# (shared/NOTES.md: ~8e-10 with steps landing on the kinks); 1e-8 leaves a margin.
+# (measured: ~8e-10 with steps landing on the kinks); 1e-8 leaves a margin.
 FINAL_TOL = 1e-8
 # Intermediate requested times (dense output of Dopri8): ~3e-9 observed for the ball.
 REQUESTED_TOL = 1e-7

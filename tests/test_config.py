@@ -102,7 +102,7 @@ def test_paper_ball_matches_section_7():
     theta = np.array([0.3, 1.1, -2.0])
     np.testing.assert_allclose(np.asarray(model.rails.positions(theta)), np.asarray(expected.zeta(theta)), atol=1e-15)
     np.testing.assert_array_equal(cfg.x0, ref["x0"])
-    # NOTES.md: theta_a puts the system CM (nearly) straight above the GC: m0 chi0 + sum m_i zeta_i
+    # verified convention: theta_a puts the system CM (nearly) straight above the GC: m0 chi0 + sum m_i zeta_i
     # = (2.6e-5, -7.9e-6, 0.6832) with the paper's rounded angles.
     moment = np.asarray(model.chi0) + np.asarray(model.rails.positions(cfg.x0[:3])).sum(axis=0)
     assert np.all(np.abs(moment[:2]) < 1e-4) and abs(moment[2] - 0.6832) < 1e-4

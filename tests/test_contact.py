@@ -96,7 +96,7 @@ def test_closed_form_cm_acceleration_equals_jvp_route():
 def test_ball_at_rest_with_cm_above_gc_has_weight_as_normal_force():
     ball = make_paper_ball()
     x0 = jnp.asarray(PAPER_BALL_X0)
-    # PAPER_BALL_X0 rounds the angles; the exact equilibrium angles are in shared/NOTES.md
+    # PAPER_BALL_X0 rounds the angles; the exact equilibrium angles solve the balance condition
     x_eq = x0.at[1:3].set(jnp.array([2.0368847, 0.7044245]))
     fc = np.asarray(_contact(ball, rb.ConstantControl(jnp.zeros(3)), 0.0, x_eq))
     mg = float(total_mass(ball) * ball.g)

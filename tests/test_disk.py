@@ -83,7 +83,7 @@ def test_paper_disk_matches_reference(paper_disk, reference):
 
 
 def test_disk_energy_balance(paper_disk):
-    # Energy balance (NOTES.md): with the masses held fixed (u = 0, θ̇ = 0) energy is conserved.
+    # Energy balance (verified convention): with the masses held fixed (u = 0, θ̇ = 0) energy is conserved.
     x0 = paper_disk.initial_state(theta=[-1.0, 0.5, 2.0, 0.1], phi=0.2, phi_dot=0.8)
     sol = rb.simulate(paper_disk, rb.ConstantControl(np.zeros(4)), x0, (0, 20), rtol=1e-10, atol=1e-10)
     e = sol.energy

@@ -1,4 +1,4 @@
-"""Quaternion and rotation identities of seed 001, Appendix 2 (exact up to rounding)."""
+"""Quaternion and rotation identities of Putkaradze & Rogers, Appendix 2 (exact up to rounding)."""
 
 import jax
 import jax.numpy as jnp

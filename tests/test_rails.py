@@ -43,7 +43,7 @@ def test_derivatives_match_central_differences(name):
 
 
 def test_circle_paper_convention_matches_notes():
-    # NOTES.md: ζ(θ) = r (cos θ n − sin θ b1(n))
+    # verified convention: ζ(θ) = r (cos θ n − sin θ b1(n))
     v = np.array([np.pi / 4, np.pi / 4, 1.0])
     n = np.asarray(rb.geometry.spherical_to_cartesian(v))
     b1, _ = rb.geometry.frisvad_basis(n)

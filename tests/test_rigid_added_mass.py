@@ -4,7 +4,7 @@ Munk moment: a body in ideal fluid with translational added masses m1 (along its
 m3 (broadside) feels, at a tilt θ between its axis and its (constant) impulse Q, the
 couple Q²(1/m1 − 1/m3) sin θ cos θ turning it broadside (Munk 1924, NACA Report 184; Lamb,
 Hydrodynamics, 6th ed., Ch. VI, on the permanent translations of a solid and their
-stability: only the translation along the axis of greatest (total) mass is stable). With Kirchhoff's equations (seed 000) in the plane of the tilt this is exactly
+stability: only the translation along the axis of greatest (total) mass is stable). With Kirchhoff's equations (the SE(3) paper) in the plane of the tilt this is exactly
 J θ̈ = ±K sin θ cos θ, K = Q²(m3 − m1)/(m1 m3), J the total transverse moment:
 
 * along the axis (Q = m1 U): θ = 0 is unstable, θ(t) ≈ (ε/σ) sinh(σt), σ² = m1(m3 − m1)U²/(J m3);

@@ -1,4 +1,4 @@
-"""Chaplygin ball and top (seed 001, 5.26; NOTES.md integrals) over t = 100, jit/vmap/jacfwd.
+"""Chaplygin ball and top (Putkaradze & Rogers, 5.26; verified convention integrals) over t = 100, jit/vmap/jacfwd.
 
 Tolerance as in test_rigid_free_body.py: drift ≤ 2·N·1e-10·max(1, |I(0)|), N the number of
 accepted Dopri8 steps at rtol = atol = 1e-10.
@@ -50,7 +50,7 @@ def test_factory_is_the_static_structure_ball():
 
 
 def test_chaplygin_ball_integrals():
-    # χ0 = 0: E, |K|², ⟨K, Γ⟩ conserved (NOTES.md), K about the contact point
+    # χ0 = 0: E, |K|², ⟨K, Γ⟩ conserved (verified convention), K about the contact point
     sol, integrals = _run(rigid.ChaplyginBall(1.3, 0.8, [0.2, 0.3, 0.4]))
     np.testing.assert_allclose(integrals["energy"], sol.energy, rtol=1e-14)
     for name in ("energy", "K_squared", "K_gamma"):

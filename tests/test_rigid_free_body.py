@@ -1,4 +1,4 @@
-"""Free rigid body (seed 001, A.11) and heavy top (A.16): integrals over t = 100, jit/vmap/jacfwd.
+"""Free rigid body (Putkaradze & Rogers, A.11) and heavy top (A.16): integrals over t = 100, jit/vmap/jacfwd.
 
 Tolerance of every conservation check: Dopri8 at rtol = atol = 1e-10 keeps each accepted
 step's local error below ~1e-10·max(1, |x|). A quantity I(x) that is exactly conserved then

@@ -1,4 +1,4 @@
-"""Free rigid body on SE(3), seed 000: Kirchhoff, Newton–Euler and Lagrange velocity coordinates.
+"""Free rigid body on SE(3), the SE(3) paper, : Kirchhoff, Newton–Euler and Lagrange velocity coordinates.
 
 * The three vector fields are one flow written in three coordinates: an identity checked
   to rounding at random states (chain rule of the coordinate change).

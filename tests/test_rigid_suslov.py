@@ -1,4 +1,4 @@
-"""Suslov's problem (seed 001, A.34–A.38): constraint ⟨Ω, ξ⟩ = 0 and energy over t = 100.
+"""Suslov's problem (Putkaradze & Rogers, A.34–A.38): constraint ⟨Ω, ξ⟩ = 0 and energy over t = 100.
 
 Tolerances as in test_rigid_free_body.py: Dopri8 at rtol = atol = 1e-10, N accepted steps,
 drift ≤ 2·N·1e-10·max(1, |I(0)|). For the constraint (zero at t0) the scale is |Ω||ξ|.

@@ -3,7 +3,7 @@
 The optimiser's numbers come from the differentiable diffrax solve it optimised through.
 :func:`verify` re-integrates the optimised controls with a different integrator —
 SciPy's ``solve_ivp`` with ``DOP853`` at rtol = atol = 1e-12 on the jit-compiled vector
-field, restarted at every kink of the control (the knots; ``shared/NOTES.md``) — on a
+field, restarted at every kink of the control (the knots) — on a
 grid several times denser than the design's, and evaluates every cost term's metrics
 (endpoint error, final speeds, tracking error, obstacle clearance, speed/acceleration
 and contact-force margins) on that trajectory. Optionally it keeps integrating for

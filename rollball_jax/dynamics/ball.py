@@ -1,4 +1,4 @@
-"""Rolling ball vector field: ODE (7.2) with Ω̇ = κ from (7.4) (seed 001, sec. 5.3, 7)."""
+"""Rolling ball vector field: ODE (7.2) with Ω̇ = κ from (7.4) (Putkaradze & Rogers, sec. 5.3, 7)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _all_masses(model, theta, theta_dot, u):
 
 
 def system_matrix(m: Float[Array, " n1"], s: Float[Array, "n1 3"], inertia: Float[Array, "3"]) -> Float[Array, "3 3"]:
-    """Σ_i m_i ŝ_i² − 𝕀 (seed 001, eq. 5.23/7.4), using ŝ² = s sᵀ − |s|² 1.
+    """Σ_i m_i ŝ_i² − 𝕀 (Putkaradze & Rogers, eq. 5.23/7.4), using ŝ² = s sᵀ − |s|² 1.
 
     Negative definite whenever the moments d_i are positive.
     """
@@ -39,7 +39,7 @@ def system_matrix(m: Float[Array, " n1"], s: Float[Array, "n1 3"], inertia: Floa
 
 
 def ball_vector_field(t, x: Float[Array, " 2n+9"], model, control) -> Float[Array, " 2n+9"]:
-    """Right-hand side of the rolling ball ODE (seed 001, eq. 7.2).
+    """Right-hand side of the rolling ball ODE (Putkaradze & Rogers, eq. 7.2).
 
     Parameters
     ----------

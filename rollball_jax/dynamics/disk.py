@@ -1,4 +1,4 @@
-"""Rolling disk vector field: ODE (6.2) with φ̈ = κ from (5.40)/(5.38) (seed 001, sec. 5.4, 6)."""
+"""Rolling disk vector field: ODE (6.2) with φ̈ = κ from (5.40)/(5.38) (Putkaradze & Rogers, sec. 5.4, 6)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .ball import _all_masses
 
 
 def disk_vector_field(t, x: Float[Array, " 2n+2"], model, control) -> Float[Array, " 2n+2"]:
-    """Right-hand side of the rolling disk ODE (seed 001, eq. 6.2).
+    """Right-hand side of the rolling disk ODE (Putkaradze & Rogers, eq. 6.2).
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
 """Classical rigid bodies of the seeds, simulated with the same ``simulate``/``Solution`` as the ball.
 
-From seed 001, Appendix A: :class:`FreeRigidBody` (A.11), :class:`HeavyTop` (A.16),
+From Putkaradze & Rogers, Appendix A: :class:`FreeRigidBody` (A.11), :class:`HeavyTop` (A.16),
 :class:`Suslov` (A.38, ξ(t) allowed), and the Chaplygin ball/top (5.26) via
-:func:`ChaplyginBall`. From seed 000: the free rigid body on SE(3) in Kirchhoff
+:func:`ChaplyginBall`. From the SE(3) paper: the free rigid body on SE(3) in Kirchhoff
 (:class:`Kirchhoff`), Newton–Euler (:class:`NewtonEuler`) and Lagrange (:class:`Lagrange`)
 velocity coordinates, with a general 6×6 inertia (e.g. ellipsoid added mass,
 :func:`ellipsoid_added_mass`) and external wrenches. See ``docs/rigid_bodies.md``.

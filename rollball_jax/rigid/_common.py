@@ -1,6 +1,6 @@
 """Shared helpers of the rigid-body models: parameter checks, versor kinematics, state parts.
 
-Conventions are those of :mod:`rollball_jax.geometry` (seed 001, Appendix 2): versors are
+Conventions are those of :mod:`rollball_jax.geometry` (Putkaradze & Rogers, Appendix 2): versors are
 scalar first and map the body frame to the spatial frame, Λ = Λ(q) by (2.15); the body
 angular velocity Ω = (Λᵀ Λ̇)^∨ (2.19) moves the versor by q̇ = ½ q Ω♯ (2.21), and the
 spatial angular velocity ω = ΛΩ (with Λ̇ = ω̂ Λ) by q̇ = ½ ω♯ q.
@@ -79,7 +79,7 @@ def versor(q: ArrayLike, name: str = "q") -> Float[Array, "4"]:
 
 
 def q_dot_body(q: Float[Array, "4"], omega_body: Float[Array, "3"]) -> Float[Array, "4"]:
-    """q̇ = ½ q Ω♯ with Ω the body angular velocity (seed 001, eq. 2.21)."""
+    """q̇ = ½ q Ω♯ with Ω the body angular velocity (Putkaradze & Rogers, eq. 2.21)."""
     return 0.5 * quat_multiply(q, sharp(omega_body))
 
 

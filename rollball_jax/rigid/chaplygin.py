@@ -1,4 +1,4 @@
-"""Chaplygin ball and top: the rolling ball with static internal structure (seed 001, eq. 5.26).
+"""Chaplygin ball and top: the rolling ball with static internal structure (Putkaradze & Rogers, eq. 5.26).
 
 A ball of radius r rolling without slipping on a horizontal plane, its mass m0 centred
 at χ0 from the geometric centre (GC), with no moving masses. This is
@@ -8,7 +8,7 @@ State (9,), as (7.1) with n = 0: x = [q0, q1, q2, q3, Ω1, Ω2, Ω3, z1, z2].
 
 * χ0 = 0 (Chaplygin's ball, 1903): the energy E, |K|² and ⟨K, Γ⟩ are conserved, with
   K = 𝕀Ω + m0 s × (Ω × s), s = rΓ, the angular momentum about the contact point
-  (``shared/NOTES.md``, verified there independently).
+  (verified independently in the tests).
 * χ0 ≠ 0 (a "Chaplygin top"): only E is conserved in general; |K|² and ⟨K, Γ⟩ are
   still reported (with s = rΓ + χ0, contact point → centre of mass) but drift. For
   Routh's sphere (d1 = d2, χ0 on the E3 axis) Jellett's integral ⟨K, s⟩ is conserved

@@ -1,4 +1,4 @@
-"""Free rigid body: Euler's equations (seed 001, Appendix A.1, eq. A.11), orientation as a versor.
+"""Free rigid body: Euler's equations (Putkaradze & Rogers, Appendix A.1, eq. A.11), orientation as a versor.
 
 A rigid body turning freely about its fixed centre of mass. State (7,)::
 
@@ -24,7 +24,7 @@ def euler_rhs(inertia: Float[Array, "3"], omega: Float[Array, "3"]) -> Float[Arr
 
 
 class FreeRigidBody(AbstractModel):
-    """Free rigid body, Euler–Poincaré form (seed 001, eqs. A.10–A.12).
+    """Free rigid body, Euler–Poincaré form (Putkaradze & Rogers, eqs. A.10–A.12).
 
     Attributes
     ----------

@@ -1,4 +1,4 @@
-"""Heavy top: a rigid body on a fixed pivot in uniform gravity (seed 001, Appendix A.1, eq. A.16).
+"""Heavy top: a rigid body on a fixed pivot in uniform gravity (Putkaradze & Rogers, Appendix A.1, eq. A.16).
 
 State (7,)::
 
@@ -22,7 +22,7 @@ from .free_body import euler_rhs
 
 
 class HeavyTop(AbstractModel):
-    """Heavy top (seed 001, eqs. A.13–A.16, A.31).
+    """Heavy top (Putkaradze & Rogers, eqs. A.13–A.16, A.31).
 
     Attributes
     ----------

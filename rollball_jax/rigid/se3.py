@@ -1,11 +1,11 @@
-"""The free rigid body on SE(3) in three choices of velocity coordinates (seed 000).
+"""The free rigid body on SE(3) in three choices of velocity coordinates (the SE(3) paper).
 
-Seed 000 (Massa & Vignolo, "Newton–Euler, Lagrange and Kirchhoff formulations of rigid
+The SE(3) paper (Massa & Vignolo, "Newton–Euler, Lagrange and Kirchhoff formulations of rigid
 body dynamics: a unified approach") derives all three from Gauss' principle, eqs.
 (12)–(15), the difference being only the quasi-velocities z^α chosen on T SE(3).
 
-Configuration (seed 000, eq. 1): x̂ = R x + b, with R (3, 3) body → observer (spatial)
-frame, kept here as a versor q (seed 001, 2.15), and b (3,) the spatial position of the
+Configuration (the SE(3) paper, eq. 1): x̂ = R x + b, with R (3, 3) body → observer (spatial)
+frame, kept here as a versor q (Putkaradze & Rogers, 2.15), and b (3,) the spatial position of the
 body-fixed origin O. Velocities (the identifications after eq. 3, and eqs. 8, 10, 10a, 11):
 
 ==============  ===========================  =============================  ==========
@@ -16,7 +16,7 @@ Newton–Euler    ξ = ḃ − ω × b, ω = (ṘRᵀ)^∨     observer (spatial
 Lagrange        ḃ (spatial), Ω (body)          mixed                          —
 ==============  ===========================  =============================  ==========
 
-(ξ is the velocity of the body point at the spatial origin, seed 000 eq. (10a); the
+(ξ is the velocity of the body point at the spatial origin, the SE(3) paper, eq. (10a); the
 body-point velocities are v_P = v_O + ω × (P − O) (8) = ξ + ω × (P − Ω) (11).)
 
 Inertia: one symmetric positive-definite 6×6 𝕄 in body components about O, ordering
@@ -24,21 +24,21 @@ Inertia: one symmetric positive-definite 6×6 𝕄 in body components about O, o
 𝕄 = [[m 1, −m ĉ], [m ĉ, 𝕀_O]] (:func:`rigid_body_inertia`); a body in an ideal fluid adds
 the added-mass matrix (:func:`rollball_jax.rigid.added_mass.ellipsoid_added_mass`), the
 fluid's momenta entering exactly as the body's (Kirchhoff's form). Body momenta
-(seed 000, eq. 17): (Q, Γ_O) = 𝕄 (u, Ω); spatial momenta Q_s = RQ and Γ_Ω = RΓ_O + b × Q_s
+(the SE(3) paper, eq. 17): (Q, Γ_O) = 𝕄 (u, Ω); spatial momenta Q_s = RQ and Γ_Ω = RΓ_O + b × Q_s
 (angular momentum about the fixed origin, eq. 19).
 
 External force R and torque M_O come from :mod:`rollball_jax.rigid.wrench` (spatial
 components, torque about O). Equations, with ω = RΩ and all products as in the paper:
 
-* Kirchhoff (seed 000, eqs. 16–17 in 15; body components):
+* Kirchhoff (the SE(3) paper, eqs. 16–17 in 15; body components):
   Q̇ + Ω × Q = R_b,  Γ̇_O + Ω × Γ_O + u × Q = M_O,b;  Ṙ = RΩ̂, ḃ = Ru.
 * Newton–Euler (eqs. 18–19 in 15; spatial components): Q̇_s = R_s, Γ̇_Ω = M_Ω = M_O,s +
   b × R_s, with (Q_s, Γ_Ω) = 𝕄_s(g)(ξ, ω), 𝕄_s = Ad_g⁻ᵀ 𝕄 Ad_g⁻¹;  Ṙ = ω̂R, ḃ = ξ + ω × b.
-* Lagrange (the last display of seed 000, after eq. 19; z = (ḃ, Ω)): Q̇_s = R_s (spatial),
+* Lagrange (the last display of the SE(3) paper, after eq. 19; z = (ḃ, Ω)): Q̇_s = R_s (spatial),
   Γ̇_O + Ω × Γ_O + (Rᵀḃ) × Q = M_O,b (body), "with the angular momentum and the torque
   referred to the body-fixed point O";  Ṙ = RΩ̂.
 
-All three describe the same curve (R(t), b(t)) in SE(3). In the language of seed 001,
+All three describe the same curve (R(t), b(t)) in SE(3). In the language of Putkaradze & Rogers, 
 Appendix A: Kirchhoff's form is the Euler–Poincaré equation (A.25) of the left-invariant
 kinetic energy on SE(3) (with ad* of se(3)), and Newton–Euler's is its conservation-law
 form, d/dt Ad*_(g⁻¹)(δℓ/δξ) = 0 (A.26; on SO(3), A.12): the spatial momenta (Q_s, Γ_Ω)
@@ -200,12 +200,12 @@ class AbstractSE3Body(AbstractModel):
 
 
 class Kirchhoff(AbstractSE3Body):
-    """Kirchhoff's equations: body-frame (left-invariant) velocities (u, Ω) (seed 000, eqs. 16–17).
+    """Kirchhoff's equations: body-frame (left-invariant) velocities (u, Ω) (the SE(3) paper, eqs. 16–17).
 
     State (13,): [q, b, u, Ω], u = Rᵀḃ the body components of v_O, Ω = (RᵀṘ)^∨.
 
         Q̇ = Q × Ω + R_b,   Γ̇_O = Γ_O × Ω + Q × u + M_O,b,   (Q, Γ_O) = 𝕄 (u, Ω),
-        q̇ = ½ q Ω♯ (seed 001, 2.21),   ḃ = R u.
+        q̇ = ½ q Ω♯ (Putkaradze & Rogers, 2.21),   ḃ = R u.
 
     Integrals without a wrench: kinetic energy, Q_s = RQ and Γ_Ω = RΓ_O + b × Q_s.
     This is the form that carries a general 𝕄, e.g. a body plus the added mass of the
@@ -238,10 +238,10 @@ class Kirchhoff(AbstractSE3Body):
 
 
 class NewtonEuler(AbstractSE3Body):
-    """Newton–Euler equations: observer-frame (right-invariant) velocities (ξ, ω) (seed 000, eqs. 18–19).
+    """Newton–Euler equations: observer-frame (right-invariant) velocities (ξ, ω) (the SE(3) paper, eqs. 18–19).
 
     State (13,): [q, b, ξ, ω], ω = (ṘRᵀ)^∨ the spatial angular velocity and ξ = ḃ − ω × b
-    the velocity of the body point at the spatial origin (seed 000, eq. 10a).
+    the velocity of the body point at the spatial origin (the SE(3) paper, eq. 10a).
 
     The momenta about the fixed origin, (Q_s, Γ_Ω) = 𝕄_s (ξ, ω) with 𝕄_s = Ad_g⁻ᵀ 𝕄 Ad_g⁻¹
     and Ad_g = [[R, b̂R], [0, R]] (the map (u, Ω) ↦ (ξ, ω)), obey Q̇_s = R_s, Γ̇_Ω = M_Ω.
@@ -288,7 +288,7 @@ class NewtonEuler(AbstractSE3Body):
 
 
 class Lagrange(AbstractSE3Body):
-    """Lagrange's mixed choice: ḃ in the observer's frame, Ω in the body frame (seed 000, last section).
+    """Lagrange's mixed choice: ḃ in the observer's frame, Ω in the body frame (the SE(3) paper, last section).
 
     State (13,): [q, b, ḃ, Ω]. With u = Rᵀḃ, (Q, Γ_O) = 𝕄 (u, Ω) = ([A, B; Bᵀ, C]) (u, Ω):
 
@@ -300,7 +300,7 @@ class Lagrange(AbstractSE3Body):
 
         𝕄 (Rᵀb̈, Ω̇) = (Rᵀ R_s − Ω × Q + A(Ω × u),  M_O,b − Ω × Γ_O − u × Q + Bᵀ(Ω × u)),
 
-    and q̇ = ½ q Ω♯ (seed 001, 2.21).
+    and q̇ = ½ q Ω♯ (Putkaradze & Rogers, 2.21).
     """
 
     def _velocity_labels(self):

@@ -1,4 +1,4 @@
-"""Suslov's problem: a rigid body with ⟨Ω, ξ(t)⟩ = 0 (seed 001, Appendix A.2, eqs. A.34–A.38).
+"""Suslov's problem: a rigid body with ⟨Ω, ξ(t)⟩ = 0 (Putkaradze & Rogers, Appendix A.2, eqs. A.34–A.38).
 
 A rigid body turning about a fixed point whose body angular velocity must stay orthogonal
 to a prescribed body-frame vector ξ(t) (Suslov 1902; ξ may vary in time as in the paper's
@@ -77,7 +77,7 @@ def _as_vector(xi) -> AbstractConstraintVector:
 
 
 class Suslov(AbstractModel):
-    """Suslov's nonholonomic rigid body (seed 001, eq. A.38).
+    """Suslov's nonholonomic rigid body (Putkaradze & Rogers, eq. A.38).
 
     Attributes
     ----------

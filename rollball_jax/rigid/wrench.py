@@ -1,4 +1,4 @@
-"""External force and torque on a free rigid body (the resultant R and torque M_O of seed 000).
+"""External force and torque on a free rigid body (the resultant R and torque M_O of the SE(3) paper).
 
 Every wrench is an ``eqx.Module`` called as ``force, torque = wrench(t, rotation, position)``
 with ``rotation`` R ``(3, 3)`` (body → spatial) and ``position`` b ``(3,)`` the spatial

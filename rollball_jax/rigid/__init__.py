@@ -1,4 +1,4 @@
-"""Classical rigid bodies of the seeds, simulated with the same ``simulate``/``Solution`` as the ball.
+"""Classical rigid bodies of the two papers, simulated with the same ``simulate``/``Solution`` as the ball.
 
 From Putkaradze & Rogers, Appendix A: :class:`FreeRigidBody` (A.11), :class:`HeavyTop` (A.16),
 :class:`Suslov` (A.38, ξ(t) allowed), and the Chaplygin ball/top (5.26) via

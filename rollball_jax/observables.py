@@ -72,10 +72,12 @@ def energy(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, ""]:
 
     Conservation checks: states that ``simulate`` saves between two steps come from the
     solver's dense output (an interpolant), whose error can exceed the step-end error by
-    orders of magnitude, so an energy drift read at save times overstates the solver's
-    own drift. Measured on the paper ball with fixed masses, Ω(0) = (0.3, −0.2, 0.5),
-    t ∈ [0, 50], 501 save times: range of E 3.4e-7 at tol 1e-8, 7.0e-9 at tol 1e-10;
-    through ``rb.trajectory`` (save times are step stops, no interpolation) 4.6e-14.
+    an order of magnitude and more, so an energy drift read at save times overstates the
+    solver's own drift. Measured with fixed masses at tol 1e-10, t ∈ [0, 20] (three random
+    balls of ``tests/test_ball.py``): relative range of E at ``simulate``'s 401 save times
+    2e-9 – 8.7e-9, at step ends (``rb.trajectory``, whose save times are step stops, 21 of
+    them) 5e-11 – 2.7e-10. Paper ball, Ω(0) = (0.3, −0.2, 0.5), t ∈ [0, 50], 501 save times:
+    3.4e-7 at tol 1e-8, 7.0e-9 at tol 1e-10.
     """
     k = Kinematics(model, x, z_a, phi_a)
     zeta, dzeta, _ = model.rails.evaluate(k.theta)

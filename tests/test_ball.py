@@ -77,22 +77,32 @@ def test_planar_ball_trajectory_reproduces_disk():
     np.testing.assert_allclose(sb.energy, sd.energy, atol=1e-8)
 
 
-def _random_ball(n=3, chi0=(0.03, -0.02, -0.1)):
-    v = rng.uniform([-np.pi, -1.2, 1.0], [np.pi, 1.2, 1.0], size=(n, 3))
-    rails = [rb.CircleRail.paper(rng.uniform(0.3, 0.9), vi) for vi in v]
-    return rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], chi0, 1.0, rng.uniform(0.5, 1.5, n), rails)
+def _random_ball(n=3, chi0=(0.03, -0.02, -0.1), gen=None):
+    gen = rng if gen is None else gen
+    v = gen.uniform([-np.pi, -1.2, 1.0], [np.pi, 1.2, 1.0], size=(n, 3))
+    rails = [rb.CircleRail.paper(gen.uniform(0.3, 0.9), vi) for vi in v]
+    return rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], chi0, 1.0, gen.uniform(0.5, 1.5, n), rails)
 
 
-def test_energy_conserved_with_masses_fixed():
-    # Verified convention: u = 0, θ̇ = 0, F_e = 0 conserves energy. Tolerance: rtol = atol = 1e-10 per step,
-    # ~100 steps, errors not systematic -> drift well below 1e-8 relative.
-    ball = _random_ball()
-    x0 = ball.initial_state(theta=rng.uniform(0, 6, 3), Omega=[0.4, -0.6, 0.9])
-    sol = rb.simulate(ball, rb.ConstantControl(np.zeros(3)), x0, (0, 20), rtol=1e-10, atol=1e-10)
+@pytest.mark.parametrize("seed", [3, 17, 29])
+def test_energy_conserved_with_masses_fixed(seed):
+    """u = 0, θ̇ = 0, F_e = 0 conserves energy. Read at step ends (``rb.trajectory``: save
+    times are step stops) the drift is the solver's: 5e-11 – 2.7e-10 relative measured
+    (seeds 29, 3, 17) at tol 1e-10, bound 1e-8. Read at ``simulate``'s save times it
+    includes the dense-output interpolation error (documented in ``observables.energy``):
+    2e-9 – 8.7e-9 measured, bound 1e-7. One generator per test (seeded)."""
+    gen = np.random.default_rng(seed)
+    ball = _random_ball(gen=gen)
+    x0 = ball.initial_state(theta=gen.uniform(0, 6, 3), Omega=[0.4, -0.6, 0.9])
+    ctl = rb.ConstantControl(np.zeros(3))
+    sol = rb.simulate(ball, ctl, x0, (0, 20), rtol=1e-10, atol=1e-10)
     e = sol.energy
-    assert np.max(np.abs(e - e[0])) <= 1e-8 * abs(e[0])
+    assert np.max(np.abs(e - e[0])) <= 1e-7 * abs(e[0])
     qn = np.linalg.norm(sol.xs[:, 6 + 0 : 6 + 4], axis=1)
     assert np.max(np.abs(qn - 1.0)) <= 1e-9
+    xs = rb.trajectory(ball, ctl, x0, jnp.linspace(0.0, 20.0, 21), rtol=1e-10, atol=1e-10, tangent_control=False)
+    e_steps = np.asarray(jax.vmap(lambda x: rb.observables.energy(ball, x))(xs))
+    assert np.max(np.abs(e_steps - e_steps[0])) <= 1e-8 * abs(e_steps[0])
 
 
 def _mass_body_velocities(model, x):

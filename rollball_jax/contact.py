@@ -113,7 +113,7 @@ def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None 
     k = Kinematics(model, x, **context)
     lam, omega = k.orientation, k.omega
     omega_dot = _omega_dot(model, x, f)
-    u = control(t) if n else jnp.zeros((0,), dtype=x.dtype)
+    u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
     m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, k.theta, k.theta_dot, u)
     zeta_dot = td[:, None] * dzeta
     zeta_ddot = uu[:, None] * dzeta + (td**2)[:, None] * ddzeta

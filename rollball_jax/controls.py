@@ -1,6 +1,7 @@
 """Prescribed mass motion: rail accelerations θ̈(t) = u(t) (Putkaradze & Rogers, eqs. 6.2, 7.2).
 
-Every control is an ``eqx.Module`` called as ``u = control(t)`` with ``t`` a scalar and
+Every control is an ``eqx.Module`` called as ``u = control(t, x)`` (open-loop controls
+ignore the state ``x``; ``control(t)`` works for them) with ``t`` a scalar and
 ``u`` of shape ``(n,)`` [rad/s² for angle-parametrised rails, length/s² for spokes].
 ``control.kink_times`` lists the times where u(t) is not smooth; ``simulate`` makes the
 solver step exactly onto them (stepping across the kinks of (6.6)
@@ -10,7 +11,7 @@ costs a high-order method its order).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -23,9 +24,16 @@ from .errors import ModelError, concrete
 
 
 class AbstractControl(eqx.Module):
-    """Base class: ``__call__(t) -> u`` of shape ``(n,)``; ``kink_times`` of shape ``(m,)``."""
+    """Base class: ``__call__(t, x=None) -> u`` of shape ``(n,)``; ``kink_times`` ``(m,)``.
 
-    def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, " n"]:
+    ``x`` ``(N,)`` is the current state, which the vector fields pass: open-loop controls
+    (every control of this module) ignore it; closed-loop controls (feedback, e.g.
+    :class:`rollball_jax.design.TVLQRControl`) set ``closed_loop = True`` and need it.
+    """
+
+    closed_loop: ClassVar[bool] = False
+
+    def __call__(self, t: Float[ArrayLike, ""], x: Float[ArrayLike, " N"] | None = None) -> Float[Array, " n"]:
         raise NotImplementedError
 
     @property
@@ -36,6 +44,8 @@ class AbstractControl(eqx.Module):
     @property
     def size(self) -> int:
         """Number of masses ``n`` the control drives."""
+        if self.closed_loop:
+            raise ModelError("the size of a closed-loop control needs its state: use model.n")
         return int(jax.eval_shape(self, jnp.zeros(())).shape[0])
 
 
@@ -75,7 +85,7 @@ class PaperStep(AbstractControl):
         """(6.6): ``u_i`` carries the sign (−1)^i, i = 1…n."""
         return cls(jnp.array([(-1.0) ** i for i in range(1, n + 1)]), **kw)
 
-    def __call__(self, t):
+    def __call__(self, t, x=None):
         t_a, t_b = jax.lax.stop_gradient(self.t_a), jax.lax.stop_gradient(self.t_b)
         ramp = jnp.clip((t_b - t) / (t_b - t_a), 0.0, 1.0)
         return self.amplitude * self.signs * ramp
@@ -96,7 +106,7 @@ class ConstantControl(AbstractControl):
             raise ModelError(f"ConstantControl 'values' must be a 1-D array (n,); got shape {self.values.shape}")
         checks.finite_leaves(self.values, "ConstantControl.values")
 
-    def __call__(self, t):
+    def __call__(self, t, x=None):
         return self.values + 0.0 * t
 
 
@@ -132,7 +142,7 @@ class PiecewiseLinearControl(AbstractControl):
     def __init__(self, knots, values):
         self.knots, self.values = _knots(knots, values, "PiecewiseLinearControl")
 
-    def __call__(self, t):
+    def __call__(self, t, x=None):
         knots = jax.lax.stop_gradient(self.knots)
         return jax.vmap(lambda v: jnp.interp(t, knots, v))(self.values)
 
@@ -178,7 +188,7 @@ class CubicSplineControl(AbstractControl):
             raise ModelError("CubicSplineControl knots must be concrete (not traced)")
         self.operator = jnp.asarray(_natural_spline_operator(k))
 
-    def __call__(self, t):
+    def __call__(self, t, x=None):
         knots = jax.lax.stop_gradient(self.knots)
         operator = jax.lax.stop_gradient(self.operator)
         tc = jnp.clip(t, knots[0], knots[-1])
@@ -216,7 +226,7 @@ class FunctionControl(AbstractControl):
         checks.finite_leaves(params, "FunctionControl.params")
         checks.finite_leaves(self.kinks, "FunctionControl.kink_times")
 
-    def __call__(self, t):
+    def __call__(self, t, x=None):
         return jnp.atleast_1d(self.fn(t, self.params))
 
     @property

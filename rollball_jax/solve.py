@@ -106,7 +106,7 @@ PROBE_OFFSETS = np.concatenate([[0.0], np.logspace(-15, -1, 15)])
 def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps, dt0):
     # Shape checks run once, while tracing (shapes are static).
     if model.n:
-        u_shape = jax.eval_shape(control, t0).shape
+        u_shape = jax.eval_shape(control, t0, x0).shape
         if u_shape != (model.n,):
             raise ModelError(f"control returns u of shape {u_shape} but the model has {model.n} masses")
     field = lambda t, x: model.vector_field(t, x, control)

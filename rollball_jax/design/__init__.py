@@ -13,6 +13,8 @@ Pose a design in a few lines::
 * :mod:`.costs` — cost terms as weighted least-squares residuals, summed by :class:`Cost`;
 * :mod:`.optimize` — :func:`optimize` (optimistix LM/GN/Dogleg/BFGS, optax Adam) and
   :func:`continuation`, returning a :class:`DesignResult`;
+* :mod:`.feedback` — :func:`tvlqr`: time-varying LQR around a designed motion, as a
+  closed-loop :class:`TVLQRControl` (Riccati equation solved backwards with diffrax);
 * :mod:`.verify` — :func:`verify`: independent re-simulation with SciPy and the true
   endpoint error and constraint margins.
 """
@@ -30,6 +32,7 @@ from .costs import (
     TargetGC,
     TrackPath,
 )
+from .feedback import TVLQRControl, linearisation, riccati, tvlqr
 from .optimize import METHODS, DesignResult, continuation, optimize, value_and_grad
 from .problem import DesignProblem, Evaluation
 from .verify import Verification, resimulate, verify
@@ -48,10 +51,14 @@ __all__ = [
     "METHODS",
     "RailAccelBound",
     "RailSpeedBound",
+    "TVLQRControl",
     "TargetGC",
     "TrackPath",
     "Verification",
     "continuation",
+    "linearisation",
+    "riccati",
+    "tvlqr",
     "optimize",
     "resimulate",
     "value_and_grad",

@@ -60,7 +60,7 @@ def ball_vector_field(t, x: Float[Array, " 2n+9"], model, control) -> Float[Arra
     """
     n = model.n
     theta, theta_dot, q, omega_body, _ = ball_state_split(x, n)
-    u = control(t) if n else jnp.zeros((0,), dtype=x.dtype)
+    u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
     r = model.radius
     lam = rotation_matrix(q)  # (2.15)
     gamma = lam[2]  # Γ = Λᵀ e3 (7.6)

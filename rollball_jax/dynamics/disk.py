@@ -26,7 +26,7 @@ def disk_vector_field(t, x: Float[Array, " 2n+2"], model, control) -> Float[Arra
     """
     n = model.n
     theta, theta_dot, phi, phi_dot = x[:n], x[n : 2 * n], x[2 * n], x[2 * n + 1]
-    u = control(t) if n else jnp.zeros((0,), dtype=x.dtype)
+    u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
     r = model.radius
     m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, theta, theta_dot, u)
     sp, cp = jnp.sin(phi), jnp.cos(phi)

@@ -143,7 +143,11 @@ def _check_rails_along(model, ts, xs, error=SimulationError):
         return
     import jax
 
-    reach = np.asarray(jax.vmap(lambda x: _rail_reach(model, x))(jnp.asarray(xs)))
+    try:
+        with jax.ensure_compile_time_eval():  # concrete values inside a jit trace: evaluate now
+            reach = np.asarray(jax.vmap(lambda x: _rail_reach(model, x))(jnp.asarray(xs)))
+    except jax.errors.TracerArrayConversionError:  # traced model: checked when it was built
+        return
     out = ~(reach < 1.0)
     if np.any(out):
         k, j = np.argwhere(out)[0]

@@ -13,6 +13,8 @@ Pose a design in a few lines::
 * :mod:`.costs` — cost terms as weighted least-squares residuals, summed by :class:`Cost`;
 * :mod:`.optimize` — :func:`optimize` (optimistix LM/GN/Dogleg/BFGS, optax Adam) and
   :func:`continuation`, returning a :class:`DesignResult`;
+* :mod:`.shooting` — :class:`MultipleShooting`: the horizon cut into segments with free
+  initial states and continuity defects (for designs from unstable states);
 * :mod:`.feedback` — :func:`tvlqr`: time-varying LQR around a designed motion, as a
   closed-loop :class:`TVLQRControl` (Riccati equation solved backwards with diffrax);
 * :mod:`.verify` — :func:`verify`: independent re-simulation with SciPy and the true
@@ -22,6 +24,7 @@ Pose a design in a few lines::
 from .costs import (
     AbstractCostTerm,
     ContactFeasibility,
+    Continuity,
     ControlEffort,
     Cost,
     FinalHeading,
@@ -35,11 +38,13 @@ from .costs import (
 from .feedback import TVLQRControl, linearisation, riccati, tvlqr
 from .optimize import METHODS, DesignResult, continuation, optimize, value_and_grad
 from .problem import DesignProblem, Evaluation
+from .shooting import MultipleShooting
 from .verify import Verification, resimulate, verify
 
 __all__ = [
     "AbstractCostTerm",
     "ContactFeasibility",
+    "Continuity",
     "ControlEffort",
     "Cost",
     "DesignProblem",
@@ -49,6 +54,7 @@ __all__ = [
     "FinalRest",
     "KeepOutDiscs",
     "METHODS",
+    "MultipleShooting",
     "RailAccelBound",
     "RailSpeedBound",
     "TVLQRControl",

@@ -279,6 +279,33 @@ class ControlEffort(AbstractCostTerm):
         return {"control_effort": jnp.sum(r * r)}
 
 
+class Continuity(AbstractCostTerm):
+    """Multiple shooting: the continuity defects x(τ_{s+1}; node_s) − node_{s+1} ``(S−1, N)``.
+
+    ``pairs``: indices ``j`` of the samples where segment s ends (``xs[j]``) and segment
+    s+1 starts (``xs[j + 1]``, its free node, at the same time). Build it with
+    :meth:`rollball_jax.design.MultipleShooting.continuity`. Metric ``max_defect`` =
+    max |defect| (0 for a continuous trajectory).
+    """
+
+    weight: Float[Array, ""]
+    pairs: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, pairs, weight=1e4):
+        self.pairs = tuple(int(j) for j in pairs)
+        self.weight = _w(weight)
+
+    def raw_residuals(self, ev):
+        if not self.pairs:
+            return jnp.zeros((0,))
+        j = np.asarray(self.pairs)
+        return (ev.xs[j] - ev.xs[j + 1]).reshape(-1)
+
+    def metrics(self, ev):
+        r = self.raw_residuals(ev)
+        return {"max_defect": jnp.max(jnp.abs(r)) if r.size else jnp.zeros(())}
+
+
 def _hinge(x):
     return jnp.maximum(x, 0.0)
 

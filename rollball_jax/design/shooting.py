@@ -4,8 +4,8 @@ Single shooting differentiates one solve over the whole horizon; from an unstabl
 (the paper's ball starts as an inverted pendulum, time constant ≈ 1) the sensitivities
 grow like e^{T/τ} and Gauss–Newton stalls. :class:`MultipleShooting` cuts ``[0, T]`` at
 ``τ_s = s·T/S`` and adds the states at ``τ_1 … τ_{S−1}`` (the *nodes*) to the
-parameters; the S segments are independent solves, done together with ``jax.vmap``
-(one compiled program, exact Jacobians of all segments in one forward-mode pass), and
+parameters; the S segments are independent solves, done in one compiled call
+(``lax.map``; exact Jacobians of all segments in one forward-mode pass), and
 the continuity defects ``x(τ_{s+1}; node_s) − node_{s+1}`` become least-squares residuals
 (the :class:`~.costs.Continuity` term). At convergence the defects vanish and the
 segments form one trajectory of the model.
@@ -139,8 +139,10 @@ class MultipleShooting(eqx.Module):
         control = self.control(params)
         starts = self.segment_starts(params)
         seg_ts = self._segment_ts()
-        xs = jax.vmap(lambda x0, ts: trajectory(p.model, control, x0, ts, solver=p.solver, rtol=p.rtol, atol=p.atol,
-                                                max_steps=p.max_steps, adjoint=adjoint, throw=False))(starts, seg_ts)
+        # lax.map, not vmap: under vmap the discrete adjoint's "skip the unused step buffer"
+        # conditionals would become selects and replay all max_steps steps of every segment.
+        xs = jax.lax.map(lambda a: trajectory(p.model, control, a[0], a[1], solver=p.solver, rtol=p.rtol, atol=p.atol,
+                                              max_steps=p.max_steps, adjoint=adjoint, throw=False), (starts, seg_ts))
         x0 = self.initial_state(params)
         return Evaluation(p.model, control, x0, seg_ts.reshape(-1), xs.reshape(-1, xs.shape[-1]), p.context(x0))
 

@@ -16,6 +16,38 @@ BALL_V = [[0.0, 0.0, 1.0], [np.pi / 2, 0.0, 1.0], [np.pi / 4, np.pi / 4, 1.0]]
 DISK_RADII = [0.9, 0.6333333333333333, 0.36666666666666664, 0.1]
 
 
+def _memory_maps() -> tuple[int, int] | None:
+    """(memory mappings of this process, the kernel's limit), or None off Linux."""
+    try:
+        with open("/proc/self/maps") as f:
+            n = sum(1 for _ in f)
+        with open("/proc/sys/vm/max_map_count") as f:
+            return n, int(f.read())
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _bound_compiled_code():
+    """Drop JAX's compiled executables when they hold too many memory mappings.
+
+    Every compiled XLA CPU program keeps hundreds of mappings (~370 for one compiled
+    ``rb.simulate``); a suite of this size compiles enough programs to reach the kernel's
+    ``vm.max_map_count`` (65 530 by default), after which XLA crashes while compiling
+    (seen as a segfault or abort in ``backend_compile_and_load``). Clearing the caches
+    at 40 % of the limit keeps the sharing of compiled code between tests mostly intact.
+    """
+    yield
+    info = _memory_maps()
+    if info is not None and info[0] > 0.4 * info[1]:
+        import gc
+
+        import jax
+
+        jax.clear_caches()
+        gc.collect()
+
+
 @pytest.fixture(scope="session")
 def reference():
     return json.loads(REFERENCE.read_text())

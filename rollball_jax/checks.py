@@ -92,8 +92,9 @@ def control(model, ctrl, name: str = "control") -> None:
         )
 
 
-def state(model, x, name: str = "x0") -> np.ndarray:
-    """A concrete state ``(N,)`` of ``model``: length, finiteness, model rules (versor)."""
+def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
+    """A concrete state ``(N,)`` of ``model``: length, finiteness, model rules (versor,
+    masses inside the shell; ``outside``: ``model.outside(x)`` if already computed)."""
     v = np.asarray(x, dtype=np.float64).reshape(-1)
     if v.shape != (model.state_size,):
         raise ModelError(
@@ -102,7 +103,7 @@ def state(model, x, name: str = "x0") -> np.ndarray:
     bad = np.nonzero(~np.isfinite(v))[0]
     if bad.size:
         raise ModelError(f"'{name}' contains non-finite values (component {model.state_labels()[int(bad[0])]!r})")
-    model.check_state(v, name)
+    model.check_state(v, name, outside=outside)
     return v
 
 

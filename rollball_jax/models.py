@@ -112,12 +112,15 @@ class AbstractModel(eqx.Module):
     def observable_context(self, x0, **kwargs) -> dict:
         return {}
 
-    def check_trajectory(self, ts, xs) -> None:
+    def check_trajectory(self, ts, xs, outside=None) -> None:
+        """Host-side checks after a solve (raise ``SimulationError``). ``outside`` ``(T,)``:
+        :meth:`outside` at the states, if the caller already computed it."""
         return None
 
-    def check_state(self, x, name: str = "x0") -> None:
+    def check_state(self, x, name: str = "x0", outside=None) -> None:
         """Host-side rules a concrete state ``x`` ``(N,)`` must satisfy beyond length and
-        finiteness (e.g. the ball's unit versor); raises ``ModelError`` naming ``name``."""
+        finiteness (e.g. the ball's unit versor); raises ``ModelError`` naming ``name``.
+        ``outside``: :meth:`outside` at ``x``, if the caller already computed it."""
         return None
 
     @property
@@ -137,6 +140,14 @@ def _rail_reach(model, x):
     return jnp.linalg.norm(pos, axis=-1) / model.radius
 
 
+@eqx.filter_jit
+def _rail_reach_along(model, xs):
+    """``(T, n)`` |ζ_i(θ_i)| / r along states ``xs`` ``(T, N)`` (compiled once per structure)."""
+    import jax
+
+    return jax.vmap(lambda x: _rail_reach(model, x))(xs)
+
+
 def _check_rails_along(model, ts, xs, error=SimulationError):
     """Raise if a point mass is at or beyond the shell at one of the states ``xs`` ``(T, N)``."""
     if model.n == 0:
@@ -145,7 +156,7 @@ def _check_rails_along(model, ts, xs, error=SimulationError):
 
     try:
         with jax.ensure_compile_time_eval():  # concrete values inside a jit trace: evaluate now
-            reach = np.asarray(jax.vmap(lambda x: _rail_reach(model, x))(jnp.asarray(xs)))
+            reach = np.asarray(_rail_reach_along(model, jnp.asarray(xs)))
     except jax.errors.TracerArrayConversionError:  # traced model: checked when it was built
         return
     out = ~(reach < 1.0)
@@ -297,11 +308,12 @@ class Ball(AbstractModel):
 
         return observables(self, x)
 
-    def check_state(self, x, name: str = "x0") -> None:
+    def check_state(self, x, name: str = "x0", outside=None) -> None:
         """The versor q = x[2n:2n+4] must have unit length (to within ``checks.VERSOR_TOL``);
         every mass strictly inside the shell."""
         checks.versor(x[2 * self.n : 2 * self.n + 4], f"{name}[{2 * self.n}:{2 * self.n + 4}] (q)")
-        _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
+        if outside is None or bool(np.any(outside)):
+            _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
 
     @property
     def versor_index(self) -> int:
@@ -312,9 +324,10 @@ class Ball(AbstractModel):
         """True if a point mass is at or beyond the shell (|ζ_i(θ_i)| ≥ r)."""
         return jnp.any(_rail_reach(self, x) >= 1.0) if self.n else jnp.asarray(False)
 
-    def check_trajectory(self, ts, xs):
+    def check_trajectory(self, ts, xs, outside=None):
         _check_spokes(self, ts, xs)
-        _check_rails_along(self, ts, xs)
+        if outside is None or bool(np.any(outside)):
+            _check_rails_along(self, ts, xs)
 
 
 class Disk(AbstractModel):
@@ -431,14 +444,16 @@ class Disk(AbstractModel):
         """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""
         return {"z_a": jnp.asarray(z_a, dtype=jnp.float64), "phi_a": jnp.asarray(x0)[2 * self.n]}
 
-    def check_state(self, x, name: str = "x0") -> None:
+    def check_state(self, x, name: str = "x0", outside=None) -> None:
         """Every mass strictly inside the disk."""
-        _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
+        if outside is None or bool(np.any(outside)):
+            _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
 
     def outside(self, x):
         """True if a point mass is at or beyond the rim (|ζ_i(θ_i)| ≥ r)."""
         return jnp.any(_rail_reach(self, x) >= 1.0) if self.n else jnp.asarray(False)
 
-    def check_trajectory(self, ts, xs):
+    def check_trajectory(self, ts, xs, outside=None):
         _check_spokes(self, ts, xs)
-        _check_rails_along(self, ts, xs)
+        if outside is None or bool(np.any(outside)):
+            _check_rails_along(self, ts, xs)

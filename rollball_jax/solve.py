@@ -126,12 +126,14 @@ def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps
         stats = {"num_steps": zero, "num_accepted_steps": zero, "num_rejected_steps": zero}
         return jnp.full((ts.shape[0], x0.shape[0]), jnp.inf), t0, x0, jnp.asarray(-1, jnp.int32), stats
 
+    ok0 = ok0 & ~model.outside(x0)  # a mass outside the shell at t0: refused after the call
     ys, t_end, y_end, code, stats = jax.lax.cond(ok0, run, skip)
+    outside = jax.vmap(model.outside)(jnp.where(jnp.isfinite(ys), ys, 0.0))
     # Cause diagnosis for a failed solve: the vector field at the last state, at and just after
     # the time reached (a field that turns non-finite makes the step size collapse there).
     probe_ts = t_end + jnp.asarray(PROBE_OFFSETS) * (1.0 + jnp.abs(t_end))
     probe = jax.vmap(lambda t: field(t, y_end))(probe_ts)
-    return ys, t_end, y_end, code, stats, probe_ts, probe
+    return ys, t_end, y_end, code, stats, probe_ts, probe, model.outside(x0), outside
 
 
 def _nonfinite_field_message(model, probe_ts, probe) -> tuple[float, str] | None:
@@ -265,7 +267,7 @@ def simulate(
     if not isinstance(model, AbstractModel):
         raise ModelError(f"'model' must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
     checks.control(model, control)
-    x0 = checks.state(model, x0)
+    x0 = checks.state(model, x0, outside=False)  # the masses-inside check runs in the compiled call
     checks.tolerance(rtol, "rtol")
     checks.tolerance(atol, "atol")
     max_steps = checks.max_steps(max_steps)
@@ -284,7 +286,7 @@ def simulate(
     start = time.perf_counter()
     # NumPy arrays (not Python floats) so that new values reuse the compiled solve.
     f64 = np.float64
-    ys, t_end, y_end, result, stats, probe_ts, probe = _integrate_jit(
+    ys, t_end, y_end, result, stats, probe_ts, probe, outside0, outside = _integrate_jit(
         model, control, x0, ts, np.asarray(t0, f64), np.asarray(t1, f64), solver,
         np.asarray(rtol, f64), np.asarray(atol, f64), int(max_steps),
         None if dt0 is None else np.asarray(dt0, f64),
@@ -293,6 +295,8 @@ def simulate(
     wall = time.perf_counter() - start
     stats = {k: int(v) for k, v in stats.items()}
     code = int(result)
+    if bool(outside0):
+        model.check_state(x0, "x0")  # raises ModelError naming the mass
     if code != int(dfx.RESULTS.successful._value):
         t_reached = float(t_end)
         field_bad = _nonfinite_field_message(model, np.asarray(probe_ts), np.asarray(probe))
@@ -317,7 +321,7 @@ def simulate(
         raise SimulationError(
             f"non-finite state at t = {ts[bad]:.9g}", t_reached=float(ts[max(bad - 1, 0)]), cause="non-finite state"
         )
-    model.check_trajectory(ts, ys)
+    model.check_trajectory(ts, ys, outside=np.asarray(outside))
     return Solution(
         ts=ts, xs=ys, model=model, control=control, stats=stats, wall_time=wall,
         solver=type(solver).__name__, rtol=float(rtol), atol=float(atol),

@@ -26,7 +26,7 @@ CPU: JAX gives one XLA device per process; the script asks for one host device p
 (``--host-devices``, default ``os.cpu_count()``) by setting ``XLA_FLAGS`` before JAX starts.
 On a GPU the same code runs unchanged (``--host-devices 1``).
 
-Run:  /work/venv/bin/python benchmarks/bench_batch.py [--sizes 1,16,256,4096,16384]
+Run:  python benchmarks/bench_batch.py [--sizes 1,16,256,4096,16384]
           [--modes adaptive,lockstep,shared,fixed] [--group-size 256] [--host-devices N]
 The last line is ``throughput_traj_per_s_B4096: X``: the fastest of our batch modes at
 B = 4096 (named on the line before).

@@ -37,7 +37,7 @@ Times include JIT compilation (first call); the compile-free time of our LM rout
 printed too. The last line is ``design_speedup_vs_fd: X`` = time(SciPy FD L-BFGS-B) /
 time(ours, LM), as the issue defines it (a lower bound when the FD route hit the cap).
 
-Run:  /work/venv/bin/python benchmarks/bench_design.py [--max-time 600] [--skip-fd]
+Run:  python benchmarks/bench_design.py [--max-time 600] [--skip-fd]
 """
 
 from __future__ import annotations

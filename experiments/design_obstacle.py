@@ -1,9 +1,13 @@
-"""Experiment (c): reach a target behind a disc obstacle, ending at rest.
+"""Experiment (c′): reach a target behind a disc obstacle from the paper's state, ending at rest.
 
-The paper's ball starts at rest at the origin with its masses hanging (total CM below
-the GC, as in experiment (b)) and must bring its GC to (4, 0) at T = 20, at rest, while
-the GC path stays outside the disc of radius 0.75 centred at (2, 0.25), which blocks the
-straight route. Free: u_i(t), natural cubic splines through 21 knots (63 numbers).
+The paper's ball starts in its initial state (7.12) — at rest at the origin, total CM
+*above* the GC (an inverted pendulum, time constant ≈ 1) — and must bring its GC to
+(4, 0) at T = 20, at rest, while the GC path stays outside the disc of radius 0.75
+centred at (2, 0.25), which blocks the straight route. Free: u_i(t), natural cubic
+splines through 21 knots (63 numbers), and the states at the boundaries of
+``SEGMENTS`` multiple-shooting segments (continuity defects as residuals, weight 1e4).
+Verified closed loop: TVLQR around the designed segments, SciPy re-simulation under it
+(see ``design_circle_tracking.py``).
 
 Cost: w_T·|z_GC(T) − (4, 0)|² + w_R·(rest and equilibrium at T, as in (a))
 + w_O·∫ max(0, 0.75 + 0.05 − |z_GC − c|)² dt (keep-out disc with a 0.05 design margin)
@@ -13,6 +17,7 @@ with exact forward-mode Jacobians; verified by SciPy DOP853 at 1e-12 on a grid 8
 than the design's (obstacle clearance, endpoint, normal force).
 
 Run:  python experiments/design_obstacle.py [--quick] [--out DIR]
+      python experiments/design_obstacle.py --start hanging   # (c): masses hanging, single shooting
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ import rollball_jax as rb
 from rollball_jax import design as dz
 from rollball_jax.config import load_config
 from rollball_jax.contact import total_mass
-from rollball_jax.design.report import print_summary, run_experiment
+from rollball_jax.design.report import print_summary, run_experiment, write_json
 
 NAME = "design_obstacle"
 TARGET = (4.0, 0.0)
 OBSTACLE_CENTER = (2.0, 0.25)
 OBSTACLE_RADIUS = 0.75
 HORIZON = 20.0
+SEGMENTS = 4
 #: masses hanging, total CM straight below the GC (see design_circle_tracking.py)
 HANGING_THETA = (-1.1064350487592685, 1.2068076912298538, 4.18845850268088 - 2 * np.pi)
 GOALS = {"no obstacle penetration (clearance >= 0)": ("-min_clearance", 0.0),
@@ -42,14 +48,23 @@ GOALS = {"no obstacle penetration (clearance >= 0)": ("-min_clearance", 0.0),
          "final GC speed <= 1e-3": ("final_speed", 1e-3)}
 
 
-def build(quick: bool = False):
-    """``(problem, stages)``."""
-    model = load_config("paper-ball").model
-    x0 = np.asarray(model.initial_state(theta=HANGING_THETA))
-    cm = np.asarray(rb.observables.system_cm_body(model, jnp.asarray(x0)))
-    assert np.hypot(cm[0], cm[1]) < 1e-12 and cm[2] < 0, cm
-    tol = 1e-8 if quick else 1e-10
-    problem = dz.DesignProblem(model, x0, HORIZON, n_knots=21, n_samples=51 if quick else 201, rtol=tol, atol=tol)
+def build(quick: bool = False, start: str = "paper"):
+    """``(problem, stages)``: from the paper's state (7.12) a multiple-shooting problem
+    (``start="paper"``), or the earlier (c) from hanging masses, single shooting."""
+    cfg = load_config("paper-ball")
+    model = cfg.model
+    if start == "hanging":
+        x0 = np.asarray(model.initial_state(theta=HANGING_THETA))
+        cm = np.asarray(rb.observables.system_cm_body(model, jnp.asarray(x0)))
+        assert np.hypot(cm[0], cm[1]) < 1e-12 and cm[2] < 0, cm
+        tol = 1e-8 if quick else 1e-10
+    elif start == "paper":
+        x0, tol = np.asarray(cfg.x0), 1e-8
+    else:
+        raise ValueError(f"start must be 'paper' or 'hanging'; got {start!r}")
+    problem = dz.DesignProblem(model, x0, HORIZON, n_knots=21, n_samples=41 if quick else 201, rtol=tol, atol=tol)
+    ms = dz.MultipleShooting(problem, SEGMENTS) if start == "paper" else None
+    extra_terms = (ms.continuity(1e4),) if ms is not None else ()
     mg = float(total_mass(model) * model.g)
 
     def cost(w_target, w_rest, w_obstacle):
@@ -59,31 +74,74 @@ def build(quick: bool = False):
             dz.KeepOutDiscs([OBSTACLE_CENTER], [OBSTACLE_RADIUS], w_obstacle, margin=0.05),
             dz.ControlEffort(1e-2),
             dz.ContactFeasibility(n_min=0.5 * mg, mu=0.5, weight=1e2),
+            *extra_terms,
         )
 
     stages = [cost(1e2, 1e1, 1e2), cost(1e4, 1e3, 1e4)]
-    return problem, (stages[:1] if quick else stages)
+    return (ms or problem), (stages[:1] if quick else stages)
 
 
-def run(quick: bool = False, out: str | Path | None = None, progress: bool = True, plots: bool = True) -> dict:
+def warm_start(ms, quick: bool = False, progress: bool = True):
+    """First guess for the multiple-shooting design from the paper's state: the same
+    design from hanging masses (single shooting, the earlier (c)), its controls and its
+    states at the segment boundaries. Returns ``(params, DesignResult of the hanging design)``."""
+    from rollball_jax.design.optimize import continuation
+    from rollball_jax.solve import simulate
+
+    hanging, stages = build(quick, "hanging")
+    hanging = dz.DesignProblem(hanging.model, hanging.x0, HORIZON, n_knots=hanging.n_knots,
+                               n_samples=ms.problem.n_samples, rtol=ms.problem.rtol, atol=ms.problem.atol)
+    res, _ = continuation(hanging, stages, method="lm", max_steps=8 if quick else 300, progress=progress,
+                          desc="warm start (hanging masses)")
+    sol = simulate(hanging.model, hanging.control(res.params), hanging.x0, (0.0, HORIZON), ts=ms.boundaries,
+                   rtol=float(hanging.rtol), atol=float(hanging.atol))
+    return ms.initial_params(values=res.params["values"], nodes=sol.xs[1:-1]), res
+
+
+def run(quick: bool = False, out: str | Path | None = None, progress: bool = True, plots: bool = True,
+        start: str = "paper", warm: bool = True) -> dict:
     """Run the experiment; write ``summary.json`` and figures into ``out``; return the summary."""
-    problem, stages = build(quick)
-    return run_experiment(
-        NAME, "(c) paper ball (masses hanging) to (4, 0) at T = 20 around a disc obstacle, ending at rest",
-        problem, stages, goals=GOALS, quick=quick, out=out, progress=progress, plots=plots,
-        max_steps=8 if quick else 300, hold=0.0 if quick else 5.0, refine=2 if quick else 8,
-        title="(c) around a disc obstacle to (4, 0)",
-        extra={"target": TARGET, "obstacle": {"center": OBSTACLE_CENTER, "radius": OBSTACLE_RADIUS}},
+    import time
+
+    problem, stages = build(quick, start)
+    paper = start == "paper"
+    t0 = time.perf_counter()
+    params0, hanging = warm_start(problem, quick, progress) if (paper and warm) else (None, None)
+    warm_info = None if hanging is None else {
+        "what": "the same design from hanging masses (single shooting); its controls and boundary states",
+        "iterations": hanging.iterations, "wall_time_s": time.perf_counter() - t0}
+    where = "from its initial state (7.12)" if paper else "(masses hanging)"
+    name = NAME if paper else f"{NAME}_hanging"
+    out = Path(out or f"runs/design/{name}" + ("_quick" if quick else ""))
+    summary = run_experiment(
+        name,
+        f"({'c′' if paper else 'c'}) paper ball {where} to (4, 0) at T = 20 around a disc obstacle, ending at rest",
+        problem, stages, params0, goals=GOALS, quick=quick, out=out, progress=progress, plots=plots,
+        max_steps=8 if quick else 300, hold=0.0 if (quick or paper) else 5.0, refine=2 if quick else 8,
+        title=f"({'c′' if paper else 'c'}) around a disc obstacle to (4, 0)" + (" (closed loop)" if paper else ""),
+        extra={"target": TARGET, "obstacle": {"center": OBSTACLE_CENTER, "radius": OBSTACLE_RADIUS}, "start": start,
+               "warm_start": warm_info},
+        feedback=({"Q": dz.state_weights(problem.model, z1=100.0, z2=100.0), "R": np.eye(problem.model.n)}
+                  if paper else None),
     )
+    if warm_info is not None:
+        summary["time_to_verified_design_s"] = summary["total_wall_time_s"] + warm_info["wall_time_s"]
+        write_json(out / "summary.json", summary)
+    return summary
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="reduced CI run (few iterations, looser tolerances)")
     ap.add_argument("--out", default=None, help=f"results directory (default runs/design/{NAME})")
+    ap.add_argument("--start", choices=("paper", "hanging"), default="paper",
+                    help="initial state: the paper's (7.12) (default; multiple shooting, closed-loop "
+                         "verification) or hanging masses (single shooting)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--cold", action="store_true", help="no warm start from the hanging design")
     args = ap.parse_args(argv)
-    print_summary(NAME, run(quick=args.quick, out=args.out, progress=not args.no_progress))
+    print_summary(NAME, run(quick=args.quick, out=args.out, progress=not args.no_progress, start=args.start,
+                            warm=not args.cold))
 
 
 if __name__ == "__main__":

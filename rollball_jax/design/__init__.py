@@ -35,7 +35,7 @@ from .costs import (
     TargetGC,
     TrackPath,
 )
-from .feedback import TVLQRControl, linearisation, riccati, tvlqr
+from .feedback import TVLQRControl, linearisation, riccati, state_weights, tvlqr
 from .optimize import METHODS, DesignResult, continuation, optimize, value_and_grad
 from .problem import DesignProblem, Evaluation
 from .shooting import MultipleShooting
@@ -64,6 +64,7 @@ __all__ = [
     "continuation",
     "linearisation",
     "riccati",
+    "state_weights",
     "tvlqr",
     "optimize",
     "resimulate",

@@ -95,7 +95,9 @@ class TVLQRControl(AbstractControl):
 
     Attributes: ``nominal`` (the open-loop control ū), ``knots`` ``(G,)`` [time],
     ``x_nominal`` ``(G, N)`` and ``gains`` ``(G, n, N)`` with their spline second
-    derivatives. Build it with :func:`tvlqr`. Beyond the knots x̄ and K are held constant.
+    derivatives, ``u_max`` (``None``, or a bound: every component of u clipped to
+    [−u_max, u_max], an actuator's acceleration limit). Build it with :func:`tvlqr`.
+    Beyond the knots x̄ and K are held constant.
     Kink times: those of ``nominal``.
     """
 
@@ -106,6 +108,7 @@ class TVLQRControl(AbstractControl):
     x_second: Float[Array, "G N"]
     gains: Float[Array, "G n N"]
     gains_second: Float[Array, "G n N"]
+    u_max: Float[Array, ""] | None = None
 
     def __call__(self, t, x=None):
         if x is None:
@@ -113,11 +116,28 @@ class TVLQRControl(AbstractControl):
         knots = jax.lax.stop_gradient(self.knots)
         x_bar = _spline_eval(knots, self.x_nominal, self.x_second, t)
         K = _spline_eval(knots, self.gains, self.gains_second, t)
-        return self.nominal(t) - K @ (x - x_bar)
+        u = self.nominal(t) - K @ (x - x_bar)
+        return u if self.u_max is None else jnp.clip(u, -self.u_max, self.u_max)
 
     @property
     def kink_times(self):
         return self.nominal.kink_times
+
+
+def state_weights(model: AbstractModel, default: float = 1.0, **by_label: float) -> Float[Array, "N N"]:
+    """Diagonal weight matrix ``(N, N)`` for :func:`tvlqr`: ``default`` on every state
+    component, and ``by_label[name]`` on the component named ``name`` in
+    ``model.state_labels()`` (e.g. ``state_weights(ball, z1=100.0, z2=100.0)`` weights
+    the GC position). Raises ``ModelError`` for an unknown label or a negative weight."""
+    labels = model.state_labels()
+    diag = np.full(len(labels), float(default))
+    for name, w in by_label.items():
+        if name not in labels:
+            raise ModelError(f"unknown state label {name!r}; the model's labels are {labels}")
+        diag[labels.index(name)] = float(w)
+    if np.any(~(diag >= 0)):
+        raise ModelError(f"state weights must be non-negative and finite; got {diag.tolist()}")
+    return jnp.diag(jnp.asarray(diag))
 
 
 def linearisation(model: AbstractModel, control: AbstractControl, t, x) -> tuple[Float[Array, "N N"], Float[Array, "N n"]]:
@@ -143,14 +163,22 @@ def tvlqr(
     n_grid: int = 401,
     rtol: float = 1e-10,
     atol: float = 1e-10,
+    nominal: tuple[ArrayLike, ArrayLike] | None = None,
+    u_max: float | None = None,
 ) -> TVLQRControl:
     """TVLQR feedback around the open-loop motion of ``model`` under ``control`` from ``x0``.
 
-    The nominal ``x̄`` is ``rb.simulate`` on ``n_grid`` equally spaced times of ``t_span``;
-    ``A(t), B(t)`` are the exact Jacobians along it; ``P`` from :func:`riccati`. Defaults:
-    ``Q = I`` ``(N, N)``, ``R = I`` ``(n, n)``, ``Qf = Q``. Returns a :class:`TVLQRControl`.
-    Raises ``ModelError`` for weights of the wrong shape or an open-loop ``control`` that is
-    itself closed-loop.
+    The nominal ``x̄`` is ``rb.simulate`` on ``n_grid`` equally spaced times of ``t_span``,
+    or, when given, ``nominal = (ts (G,), xs (G, N))`` (increasing times spanning
+    ``t_span``): e.g. a multiple-shooting design's segments
+    (:meth:`~.shooting.MultipleShooting.nominal`), which an unstable motion cannot be
+    re-simulated in one piece to reproduce. ``A(t), B(t)`` are the exact Jacobians along
+    it; ``P`` from :func:`riccati`. Defaults: ``Q = I`` ``(N, N)``, ``R = I`` ``(n, n)``,
+    ``Qf = Q``. ``u_max``: saturate the closed-loop control (see :class:`TVLQRControl`;
+    the gains are those of the unsaturated problem). Returns a :class:`TVLQRControl`.
+    Raises ``ModelError`` for weights of the wrong shape, a non-positive ``u_max``, a
+    ``nominal`` of the wrong shape, or an open-loop ``control`` that is itself
+    closed-loop.
     """
     from ..solve import simulate
 
@@ -165,9 +193,16 @@ def tvlqr(
     for name, M, shape in (("Q", Q, (N, N)), ("R", R, (n, n)), ("Qf", Qf, (N, N))):
         if M.shape != shape:
             raise ModelError(f"'{name}' must have shape {shape}; got {M.shape}")
-    sol = simulate(model, control, x0, t_span, n_save=n_grid, rtol=rtol, atol=atol)
-    knots = np.asarray(sol.ts)
-    xs = jnp.asarray(sol.xs)
+    if nominal is None:
+        sol = simulate(model, control, x0, t_span, n_save=n_grid, rtol=rtol, atol=atol)
+        knots, xs = np.asarray(sol.ts), jnp.asarray(sol.xs)
+    else:
+        knots = np.asarray(nominal[0], dtype=np.float64)
+        xs = jnp.asarray(nominal[1], dtype=jnp.float64)
+        if knots.ndim != 1 or knots.size < 3 or xs.shape != (knots.size, N):
+            raise ModelError(f"nominal must be (ts (G,), xs (G, {N})) with G >= 3; got {knots.shape}, {xs.shape}")
+        if np.any(np.diff(knots) <= 0) or abs(knots[0] - t_span[0]) > 1e-12 or abs(knots[-1] - t_span[1]) > 1e-12:
+            raise ModelError("nominal times must increase strictly from t_span[0] to t_span[1]")
     x_second = _spline_second_derivatives(knots, xs)
     kj = jnp.asarray(knots)
 
@@ -179,7 +214,12 @@ def tvlqr(
     P = riccati(lambda t: AB(t)[0], lambda t: AB(t)[1], Q, R, Qf, knots)
     Bs = jax.vmap(lambda t, x: linearisation(model, control, t, x)[1])(kj, xs)  # (G, N, n)
     gains = jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
+    if u_max is not None:
+        u_max = float(u_max)
+        if not u_max > 0 or not np.isfinite(u_max):
+            raise ModelError(f"u_max must be positive and finite (or None); got {u_max}")
+        u_max = jnp.asarray(u_max)
     return TVLQRControl(
         nominal=control, knots=kj, x_nominal=xs, x_second=x_second,
-        gains=gains, gains_second=_spline_second_derivatives(knots, gains),
+        gains=gains, gains_second=_spline_second_derivatives(knots, gains), u_max=u_max,
     )

@@ -22,7 +22,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..models import Disk
-from .costs import ContactFeasibility, KeepOutDiscs, RailAccelBound, RailSpeedBound, TargetGC, TrackPath
+from .costs import (
+    ContactFeasibility,
+    Continuity,
+    Cost,
+    KeepOutDiscs,
+    RailAccelBound,
+    RailSpeedBound,
+    TargetGC,
+    TrackPath,
+)
+from .feedback import tvlqr
+from .shooting import MultipleShooting
 
 
 def _jsonable(x):
@@ -37,6 +48,14 @@ def _jsonable(x):
     if isinstance(x, float) and not np.isfinite(x):
         return str(x)
     return x
+
+
+def _setting(v):
+    """A feedback setting for JSON: a diagonal matrix as its diagonal."""
+    a = np.asarray(v)
+    if a.ndim == 2 and a.shape[0] == a.shape[1] and np.array_equal(a, np.diag(np.diag(a))):
+        return {"diagonal": np.diag(a).tolist()}
+    return a.tolist()
 
 
 def write_json(path: str | Path, data: dict[str, Any]) -> Path:
@@ -194,6 +213,8 @@ def run_experiment(
     refine: int = 8,
     title: str = "",
     extra: dict | None = None,
+    feedback: dict | None = None,
+    target_cost: float | None = None,
 ) -> dict[str, Any]:
     """Optimise through ``stages`` (continuation), verify with SciPy, write figures and
     ``summary.json`` into ``out``; return the summary.
@@ -201,6 +222,15 @@ def run_experiment(
     ``goals``: ``{label: (metric, limit)}`` checked on the *verified* metrics
     (``metric <= limit``; a metric name prefixed with ``-`` is negated first, so
     ``("-min_clearance", 0.0)`` means clearance ≥ 0).
+
+    ``target_cost``: stop every stage once its cost is at most this (see :func:`~.optimize.optimize`).
+
+    ``feedback``: verify the design *closed loop*: a TVLQR controller (:func:`~.feedback.tvlqr`,
+    keyword arguments from this dict, e.g. ``Q``, ``R``) around the designed motion, the
+    goals checked on the SciPy re-simulation under it; the open-loop re-simulation is
+    reported too (``open_loop_verification``). A :class:`~.shooting.MultipleShooting`
+    problem is always verified this way (its segments, not one open-loop solve, are the
+    nominal motion; an unstable plan cannot be verified open loop).
     """
     import time
 
@@ -210,8 +240,30 @@ def run_experiment(
     start = time.perf_counter()
     out = Path(out or f"runs/design/{name}" + ("_quick" if quick else ""))
     final, results = continuation(problem, stages, params0, method=method, max_steps=max_steps, rtol=rtol,
-                                  atol=atol, progress=progress, desc=name)
-    ver = verify(final, hold=hold, refine=refine)
+                                  atol=atol, progress=progress, desc=name, target_cost=target_cost)
+    base, params, cost, open_ver, fb_info = problem, final.params, final.cost, None, None
+    if isinstance(problem, MultipleShooting) or feedback is not None:
+        fb_start = time.perf_counter()
+        ms = problem if isinstance(problem, MultipleShooting) else None
+        if ms is not None:
+            base, params = ms.problem, ms.single_shooting_params(final.params)
+        cost = Cost(*[t for t in final.cost.terms if not isinstance(t, Continuity)])
+        nominal = design_xs = None
+        if ms is not None:
+            nominal = ms.nominal(final.params, per_segment=4 * ms.per_segment)
+            design_xs = nominal[1][::4]  # the segments at the design's sample times
+        controller = tvlqr(base.model, base.control(params), base.initial_state(params), (0.0, base.horizon),
+                           nominal=nominal, **(feedback or {}))
+        ver = verify(base, cost, params, hold=hold, refine=refine, control=controller, design_xs=design_xs)
+        try:
+            open_ver = verify(base, cost, params, hold=hold, refine=refine).summary()
+        except RuntimeError as e:  # the open-loop plan of an unstable motion may leave the shell
+            open_ver = {"failed": str(e)}
+        fb_info = {"kind": "TVLQR", "settings": {k: _setting(v) for k, v in (feedback or {}).items()},
+                   "nominal": "multiple-shooting segments" if ms is not None else "open-loop solve",
+                   "build_and_verify_time_s": time.perf_counter() - fb_start}
+    else:
+        ver = verify(final, hold=hold, refine=refine)
     m = ver.metrics | {"min_normal_verified": ver.contact["min_normal"]}
     goal_report = {}
     for label, (metric, limit) in (goals or {}).items():
@@ -222,15 +274,16 @@ def run_experiment(
     summary = {
         "experiment": description,
         "quick": quick,
-        "horizon": problem.horizon,
-        "n_knots": problem.n_knots,
-        "control": problem.control_kind,
-        "free_masses": list(problem.free_masses),
-        "free_initial_angles": list(problem.free_initial_angles),
-        "x0": np.asarray(problem.x0).tolist(),
-        "method": f"{method} (optimistix/optax), exact derivatives through diffrax {type(problem.solver).__name__}",
-        "solve_tolerance": float(problem.rtol),
-        "n_samples": problem.n_samples,
+        "horizon": base.horizon,
+        "n_knots": base.n_knots,
+        "control": base.control_kind,
+        "free_masses": list(base.free_masses),
+        "free_initial_angles": list(base.free_initial_angles),
+        "x0": np.asarray(base.x0).tolist(),
+        "method": f"{method} (optimistix/optax), exact derivatives through diffrax {type(base.solver).__name__}",
+        "shooting": (f"multiple ({problem.n_segments} segments)" if isinstance(problem, MultipleShooting) else "single"),
+        "solve_tolerance": float(base.rtol),
+        "n_samples": base.n_samples,
         "stages": [r.summary() | {"params": None} for r in results],
         "iterations": final.iterations,
         "optimisation_wall_time_s": final.wall_time,
@@ -240,7 +293,8 @@ def run_experiment(
         "cost_reduction": float(final.history[0] / max(final.value, 1e-300)),
         "cost_history": final.history,
         "design_metrics": final.metrics,
-        "verification": ver.summary(),
+        "verification": ver.summary() | ({"closed_loop": fb_info} if fb_info else {}),
+        "open_loop_verification": open_ver,
         "goals": goal_report,
         "params": {k: np.asarray(v).tolist() for k, v in final.params.items()},
     } | (extra or {})
@@ -257,7 +311,7 @@ def print_summary(name: str, s: dict[str, Any]) -> None:
     v = s["verification"]
     print(f"{name}: {s['iterations']} iterations, {s['optimisation_wall_time_s']:.1f} s "
           f"(compile {s['compile_time_s']:.1f} s); cost {s['initial_cost']:.3e} -> {s['final_cost']:.3e}; "
-          f"verified (SciPy DOP853 1e-12): min N {v['contact']['min_normal']:.3f}, "
+          f"verified (SciPy DOP853 1e-12{', closed loop (TVLQR)' if v.get('closed_loop') else ''}): min N {v['contact']['min_normal']:.3f}, "
           f"max |F_t|/N {v['contact']['max_friction_ratio']:.3f}")
     for label, g in s["goals"].items():
         print(f"  {label}: {g['metric']} = {g['value']:.3e} ({g['relation']} {g['limit']:g}) {'met' if g['met'] else 'NOT met'}")

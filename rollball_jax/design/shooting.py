@@ -152,6 +152,31 @@ class MultipleShooting(eqx.Module):
         j = np.asarray(self.pairs, dtype=int)
         return ev.xs[j] - ev.xs[j + 1]
 
+    def nominal(self, params: PyTree, per_segment: int = 50, rtol: float = 1e-11,
+                atol: float = 1e-11) -> tuple[np.ndarray, np.ndarray]:
+        """The designed motion, densely: each segment solved from its own start with
+        ``rb.simulate`` on ``per_segment + 1`` equally spaced times, joined at the nodes
+        (the segment's end replaced by the next node: a jump of one defect; a node's versor
+        is normalised first, a change of the order of its defect). Returns
+        ``(ts (S·per_segment + 1,), xs (·, N))``, e.g. the ``nominal`` of
+        :func:`~.feedback.tvlqr`. Raises ``SimulationError`` if a segment's solve fails."""
+        from ..solve import simulate
+
+        control = self.control(params)
+        starts = np.array(self.segment_starts(params))
+        k = self.problem.model.versor_index
+        if k is not None:  # a free node's versor is unit only to within its defect
+            starts[:, k : k + 4] /= np.linalg.norm(starts[:, k : k + 4], axis=1, keepdims=True)
+        b = self.boundaries
+        ts, xs = [], []
+        for s, x0 in enumerate(starts):
+            sol = simulate(self.problem.model, control, x0, (float(b[s]), float(b[s + 1])), n_save=per_segment + 1,
+                           rtol=rtol, atol=atol)
+            last = s == self.n_segments - 1
+            ts.append(np.asarray(sol.ts) if last else np.asarray(sol.ts)[:-1])
+            xs.append(np.asarray(sol.xs) if last else np.asarray(sol.xs)[:-1])
+        return np.concatenate(ts), np.concatenate(xs)
+
     def wrap(self, params: PyTree, ts: ArrayLike, xs: ArrayLike) -> Evaluation:
         x0 = self.initial_state(params)
         return Evaluation(self.problem.model, self.control(params), x0, jnp.asarray(ts, dtype=jnp.float64),

@@ -61,13 +61,16 @@ def resimulate(
     rtol: float = 1e-12,
     atol: float = 1e-12,
     method: str = "DOP853",
+    control=None,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Integrate the design's controls from its initial state with ``scipy.integrate.solve_ivp``.
 
     Output times ``ts`` (default: the design's sample grid refined ``refine`` times, so it
     contains the design's sample times) on [0, ``t_end``] (default the horizon). The
     integration restarts at every knot (kink of u). Returns ``(ts, xs (T, N), info)`` with
-    ``info`` = ``nfev``, ``segments``, ``wall_time``.
+    ``info`` = ``nfev``, ``segments``, ``wall_time``. ``control``: integrate under this
+    control instead of the design's (e.g. a closed-loop
+    :class:`~rollball_jax.design.feedback.TVLQRControl` around it); restarts at its kinks.
     """
     from scipy.integrate import solve_ivp
 
@@ -78,7 +81,7 @@ def resimulate(
             extra = np.linspace(problem.horizon, t_end, max(2, int(round((t_end - problem.horizon) / (ts[1] - ts[0]))) + 1))
             ts = np.concatenate([ts, extra[1:]])
     ts = np.asarray(ts, dtype=np.float64)
-    control = problem.control(params)
+    control = problem.control(params) if control is None else control
     fun = _numpy_vector_field(problem.model, control)
     knots = np.asarray(control.kink_times)
     edges = np.unique(np.concatenate([[0.0], knots[(knots > 0.0) & (knots < t_end)], [t_end]]))
@@ -101,9 +104,10 @@ def resimulate(
 
 
 @eqx.filter_jit
-def _measure(problem, cost, params, ts, xs):
+def _measure(problem, cost, params, ts, xs, control=None):
     ev = problem.wrap(params, ts, xs)
-    cf = ev.contact()
+    # contact forces need the actual θ̈ = control(t, x): the closed loop's when verifying one
+    cf = (ev if control is None else eqx.tree_at(lambda e: e.control, ev, control)).contact()
     return cost.metrics(ev), cost(ev), cf.normal, cf.friction_ratio, ev.gc
 
 
@@ -148,13 +152,19 @@ class Verification:
 
 
 def verify(result_or_problem, cost: Cost | None = None, params=None, *, refine: int = 8, hold: float = 0.0,
-           rtol: float = 1e-12, atol: float = 1e-12, design_xs: np.ndarray | None = None) -> Verification:
+           rtol: float = 1e-12, atol: float = 1e-12, design_xs: np.ndarray | None = None,
+           control=None) -> Verification:
     """Re-simulate a design independently and report its true figures.
 
     Call as ``verify(result)`` with a :class:`~.optimize.DesignResult`, or
     ``verify(problem, cost, params)``. ``refine``: the dense grid is the design grid
     refined this many times. ``hold`` > 0: continue that long after T with the control
-    held at its end value and report the drift.
+    held at its end value and report the drift. ``control``: re-simulate under this
+    control instead (closed-loop verification, e.g. a
+    :class:`~rollball_jax.design.feedback.TVLQRControl` around the design); the state
+    metrics (tracking, endpoint, contact forces with the closed loop's θ̈) are those of the
+    closed loop, while control metrics (effort, acceleration bounds: evaluated at the
+    knots, without a state) stay those of the design's open-loop control.
     """
     if cost is None:
         res = result_or_problem
@@ -162,10 +172,10 @@ def verify(result_or_problem, cost: Cost | None = None, params=None, *, refine: 
     else:
         problem = result_or_problem
     t_end = problem.horizon + max(0.0, float(hold))
-    ts, xs, info = resimulate(problem, params, refine=refine, t_end=t_end, rtol=rtol, atol=atol)
+    ts, xs, info = resimulate(problem, params, refine=refine, t_end=t_end, rtol=rtol, atol=atol, control=control)
     inside = ts <= problem.horizon + 1e-12
     ts_d, xs_d = ts[inside], xs[inside]
-    metrics, value, normal, ratio, gc = _measure(problem, cost, params, jnp.asarray(ts_d), jnp.asarray(xs_d))
+    metrics, value, normal, ratio, gc = _measure(problem, cost, params, jnp.asarray(ts_d), jnp.asarray(xs_d), control)
     normal, ratio = np.asarray(normal), np.asarray(ratio)
     diff = float("nan")
     if design_xs is not None:

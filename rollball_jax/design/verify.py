@@ -162,9 +162,11 @@ def verify(result_or_problem, cost: Cost | None = None, params=None, *, refine: 
     held at its end value and report the drift. ``control``: re-simulate under this
     control instead (closed-loop verification, e.g. a
     :class:`~rollball_jax.design.feedback.TVLQRControl` around the design); the state
-    metrics (tracking, endpoint, contact forces with the closed loop's θ̈) are those of the
-    closed loop, while control metrics (effort, acceleration bounds: evaluated at the
-    knots, without a state) stay those of the design's open-loop control.
+    metrics (tracking, endpoint, clearance) and ``Verification.contact`` / ``normal`` /
+    ``friction_ratio`` (contact forces with the closed loop's θ̈ = control(t, x)) are those
+    of the closed loop, while the cost terms' control and contact metrics (effort,
+    acceleration bounds, ``ContactFeasibility``'s ``min_normal`` …) use the design's
+    open-loop θ̈ along the closed-loop states (they evaluate the control without a state).
     """
     if cost is None:
         res = result_or_problem

@@ -36,6 +36,7 @@ import numpy as np
 
 from rollball_jax import design as dz
 from rollball_jax.batch import simulate_batch
+from rollball_jax.geometry import quat_multiply
 from rollball_jax.design.report import write_json
 
 NAME = "robustness_circle"
@@ -74,10 +75,7 @@ def perturbed_members(model, x0, members: int, gen: np.random.Generator, mismatc
         rotvec = angle * gen.choice([-1.0, 1.0], 3)
         a = np.linalg.norm(rotvec)
         dq = np.concatenate([[np.cos(a / 2)], np.sin(a / 2) * rotvec / a])  # body-frame rotation: q ⊗ dq
-        q = x[2 * n : 2 * n + 4]
-        w0, v0 = q[0], q[1:]
-        w1, v1 = dq[0], dq[1:]
-        x[2 * n : 2 * n + 4] = np.concatenate([[w0 * w1 - v0 @ v1], w0 * v1 + w1 * v0 + np.cross(v0, v1)])
+        x[2 * n : 2 * n + 4] = np.asarray(quat_multiply(x[2 * n : 2 * n + 4], dq))
         models.append(m)
         x0s.append(x)
     return models, np.stack(x0s)

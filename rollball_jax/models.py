@@ -148,9 +148,10 @@ def _rail_reach_along(model, xs):
     return jax.vmap(lambda x: _rail_reach(model, x))(xs)
 
 
-def _check_rails_along(model, ts, xs, error=SimulationError):
-    """Raise if a point mass is at or beyond the shell at one of the states ``xs`` ``(T, N)``."""
-    if model.n == 0:
+def _check_rails_along(model, ts, xs, error=SimulationError, outside=None):
+    """Raise if a point mass is at or beyond the shell at one of the states ``xs`` ``(T, N)``.
+    ``outside``: ``model.outside`` at ``xs`` if already computed (nothing to do when all False)."""
+    if model.n == 0 or (outside is not None and not np.any(outside)):
         return
     import jax
 
@@ -312,8 +313,7 @@ class Ball(AbstractModel):
         """The versor q = x[2n:2n+4] must have unit length (to within ``checks.VERSOR_TOL``);
         every mass strictly inside the shell."""
         checks.versor(x[2 * self.n : 2 * self.n + 4], f"{name}[{2 * self.n}:{2 * self.n + 4}] (q)")
-        if outside is None or bool(np.any(outside)):
-            _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
+        _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError, outside=outside)
 
     @property
     def versor_index(self) -> int:
@@ -326,8 +326,7 @@ class Ball(AbstractModel):
 
     def check_trajectory(self, ts, xs, outside=None):
         _check_spokes(self, ts, xs)
-        if outside is None or bool(np.any(outside)):
-            _check_rails_along(self, ts, xs)
+        _check_rails_along(self, ts, xs, outside=outside)
 
 
 class Disk(AbstractModel):
@@ -446,8 +445,7 @@ class Disk(AbstractModel):
 
     def check_state(self, x, name: str = "x0", outside=None) -> None:
         """Every mass strictly inside the disk."""
-        if outside is None or bool(np.any(outside)):
-            _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError)
+        _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError, outside=outside)
 
     def outside(self, x):
         """True if a point mass is at or beyond the rim (|ζ_i(θ_i)| ≥ r)."""
@@ -455,5 +453,4 @@ class Disk(AbstractModel):
 
     def check_trajectory(self, ts, xs, outside=None):
         _check_spokes(self, ts, xs)
-        if outside is None or bool(np.any(outside)):
-            _check_rails_along(self, ts, xs)
+        _check_rails_along(self, ts, xs, outside=outside)

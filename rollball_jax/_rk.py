@@ -52,15 +52,23 @@ class Tableau(eqx.Module):
     ssal: bool = eqx.field(static=True)
     error_order: float = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    interpolation: type = eqx.field(static=True)  # diffrax's dense-output class of the solver
 
     @classmethod
-    def from_solver(cls, solver: dfx.AbstractSolver) -> "Tableau":
+    def from_solver(cls, solver: dfx.AbstractSolver, purpose: str | None = None) -> "Tableau":
+        """The tableau of ``solver``; raises ``ModelError`` for a solver without an explicit
+        Butcher tableau and an embedded error estimate (``purpose`` names what needs it)."""
         tab = getattr(type(solver), "tableau", None)
         if tab is None or not hasattr(tab, "a_lower") or getattr(tab, "a_diagonal", None) is not None:
+            if purpose is None:
+                raise ModelError(
+                    f"the discrete adjoint needs an explicit Runge–Kutta solver with an embedded error "
+                    f"estimate (Dopri8, Dopri5, Tsit5, Bosh3, ...); got {type(solver).__name__}. "
+                    f"For an implicit solver use adjoint='backsolve' (continuous adjoint)."
+                )
             raise ModelError(
-                f"the discrete adjoint needs an explicit Runge–Kutta solver with an embedded error "
-                f"estimate (Dopri8, Dopri5, Tsit5, Bosh3, ...); got {type(solver).__name__}. "
-                f"For an implicit solver use adjoint='backsolve' (continuous adjoint)."
+                f"{purpose} need an explicit Runge–Kutta solver with a Butcher tableau "
+                f"(Dopri8, Dopri5, Tsit5, Bosh3, ...); got {type(solver).__name__}"
             )
         return cls(
             a=tuple(tuple(float(v) for v in np.asarray(r)) for r in tab.a_lower),
@@ -71,48 +79,16 @@ class Tableau(eqx.Module):
             ssal=bool(tab.ssal),
             error_order=float(solver.error_order(dfx.ODETerm(lambda t, y, args: y))),
             name=type(solver).__name__,
+            interpolation=type(solver).interpolation_cls,
         )
-
-
-def _combine(y, coeffs, ks):
-    acc = y
-    for c, k in zip(coeffs, ks):
-        if c != 0.0:
-            acc = acc + c * k
-    return acc
-
-
-def rk_step(tab: Tableau, f, t0, t1, y0, f0, *, error: bool = True):
-    """One explicit RK step from ``(t0, y0)`` to ``t1`` with ``f0 = f(t0, y0)``.
-
-    Returns ``(y1, y_error, ks, f_last)`` with ``ks`` the list of stage increments
-    ``h·f(t_i, Y_i)`` and ``f_last`` the last stage's ``f`` (= ``f(t1, y1)`` for FSAL
-    tableaus). Stage times as diffrax: ``t1`` where ``c_i = 1``, else ``t0 + c_i·h``.
-    """
-    h = t1 - t0
-    ks = [h * f0]
-    fi = f0
-    yi = y0
-    for ci, ai in zip(tab.c, tab.a):
-        yi = _combine(y0, ai, ks)
-        ti = t1 if ci == 1.0 else t0 + ci * h
-        fi = f(ti, yi)
-        ks.append(h * fi)
-    y1 = yi if tab.ssal else _combine(y0, tab.b_sol, ks)
-    err = None
-    if error:
-        for c, k in zip(tab.b_err, ks):
-            if c != 0.0:
-                err = c * k if err is None else err + c * k
-    return y1, err, ks, fi
 
 
 def rk_step_rolled(tab: Tableau, f, t0, t1, y0):
     """One explicit RK step without error estimate, stages in a ``fori_loop``.
 
-    The same map as :func:`rk_step` (up to the summation order of the stage sums). One
+    The same map as the recording pass's step (up to rounding in the stage sums). One
     copy of the vector field in the program: its derivatives compile fast and, in
-    reverse mode, cost less than the unrolled stages.
+    reverse mode, cost less than unrolled stages.
     """
     S, A, C = stage_matrices(tab)
     A, C, B = jnp.asarray(A), jnp.asarray(C), jnp.asarray(tab.b_sol)
@@ -148,16 +124,23 @@ def _rms(v):
     return jnp.sqrt(jnp.mean(v * v))
 
 
-def initial_step(tab: Tableau, f, t0, y0, f0, rtol, atol):
-    """Hairer's starting step, as diffrax's ``PIDController`` (RMS norm)."""
+def hairer_initial_step(rhs, t0, y0, f0, rtol, atol, error_order: float, norm=None):
+    """Hairer's starting step (Hairer, Nørsett & Wanner, *Solving ODEs I*, II.4), as
+    diffrax's ``PIDController`` chooses it: ``h0 = 0.01·d0/d1`` (``1e-6`` if either norm is
+    tiny), one explicit Euler probe for the second derivative ``d2``, then
+    ``min(100·h0, (0.01/max(d1, d2))^(1/error_order))``. ``norm`` maps a scaled array to
+    its norm (default RMS over all entries); the batch loops pass a per-member RMS
+    (``(N, G) → (G,)``) or the max of it over a group (shared steps)."""
+    norm = _rms if norm is None else norm
     scale = atol + rtol * jnp.abs(y0)
-    d0, d1 = _rms(y0 / scale), _rms(f0 / scale)
+    d0, d1 = norm(y0 / scale), norm(f0 / scale)
     small = (d0 < 1e-5) | (d1 < 1e-5)
-    h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1.0, d1)))
-    f1 = f(t0 + h0, y0 + h0 * f0)
-    d2 = _rms((f1 - f0) / scale) / h0
+    h0 = jnp.where(small, 1e-6, 0.01 * d0 / jnp.where(small, 1.0, d1))
+    f1 = rhs(t0 + h0, y0 + h0 * f0)
+    d2 = norm((f1 - f0) / scale) / h0
     dmax = jnp.maximum(d1, d2)
-    h1 = jnp.where(dmax <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / jnp.where(dmax <= 1e-15, 1.0, dmax)) ** (1.0 / tab.error_order))
+    tiny = dmax <= 1e-15
+    h1 = jnp.where(tiny, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / jnp.where(tiny, 1.0, dmax)) ** (1.0 / error_order))
     return jnp.minimum(100 * h0, h1)
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +22,9 @@ import pytest
 
 import rollball_jax as rb
 from rollball_jax import batch as bt
+from rollball_jax.batch import _driver as bt_driver
+from rollball_jax.batch._sincos import sincos
+from rollball_jax.batch._soa import SoAVectorField
 from conftest import BALL_V, PAPER_BALL_X0
 
 T_SPAN = (0.0, 2.0)
@@ -60,6 +64,10 @@ def test_stack_member_and_structure_errors():
         bt.simulate_batch(batched, rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN)  # control_axis=0
     with pytest.raises(rb.ModelError, match="x0s must have 15 columns"):
         bt.simulate_batch(batched, rb.PaperStep.ball(3), np.zeros((3, 7)), T_SPAN, control_axis=None)
+    # An implicit solver has a Butcher tableau too (with a diagonal): the explicit group loops refuse it.
+    with pytest.raises(rb.ModelError, match="explicit Runge–Kutta.*Kvaerno5"):
+        bt.simulate_batch(batched, rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN,
+                          control_axis=None, mode="lockstep", solver=dfx.Kvaerno5())
 
 
 def test_adaptive_batch_equals_single_solves(batch4):
@@ -137,10 +145,10 @@ def test_soa_vector_field_equals_the_model():
     models, _ = perturbed_balls(5, seed=7)
     batched = bt.stack(models)
     control = rb.PaperStep.ball(3)
-    mask = bt._leaf_mask(batched, control, None, 5)
-    m_t, c_t = bt._template(batched, control, None)
-    field = bt.SoAVectorField(m_t, c_t, mask, 5)
-    x, bl, ul = bt._pack_groups(batched, control, None, np.random.default_rng(0).normal(size=(5, 15)), mask, 5, 1)
+    mask = bt_driver._leaf_mask(batched, control, None, 5)
+    m_t, c_t = bt_driver._template(batched, control, None)
+    field = SoAVectorField(m_t, c_t, mask, 5)
+    x, bl, ul = bt_driver._pack_groups(batched, control, None, np.random.default_rng(0).normal(size=(5, 15)), mask, 5, 1)
     out = jax.jit(lambda t, X: field(t, X, [jnp.asarray(b[0]) for b in bl], [jnp.asarray(u) for u in ul]))(0.15, x[0])
     ref = jax.vmap(lambda m, xi: m.vector_field(0.15, xi, control))(batched, jnp.asarray(x[0].T))
     np.testing.assert_allclose(np.asarray(out).T, ref, rtol=1e-13, atol=1e-13)
@@ -148,7 +156,7 @@ def test_soa_vector_field_equals_the_model():
 
 def test_sincos_accuracy():
     x = np.concatenate([np.linspace(-50, 50, 20001), np.random.default_rng(0).uniform(-1e5, 1e5, 20000)])
-    s, c = jax.jit(bt.sincos)(jnp.asarray(x))
+    s, c = jax.jit(sincos)(jnp.asarray(x))
     ulp_s = np.abs(np.asarray(s) - np.sin(x)) / np.spacing(np.maximum(np.abs(np.sin(x)), 1e-300))
     ulp_c = np.abs(np.asarray(c) - np.cos(x)) / np.spacing(np.maximum(np.abs(np.cos(x)), 1e-300))
     assert np.all(np.abs(np.asarray(s) - np.sin(x)) <= 2.3e-16) and np.all(np.abs(np.asarray(c) - np.cos(x)) <= 2.3e-16)

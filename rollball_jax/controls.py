@@ -10,6 +10,8 @@ costs a high-order method its order).
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -33,8 +35,9 @@ class AbstractControl(eqx.Module):
 
     closed_loop: ClassVar[bool] = False
 
+    @abc.abstractmethod
     def __call__(self, t: Float[ArrayLike, ""], x: Float[ArrayLike, " N"] | None = None) -> Float[Array, " n"]:
-        raise NotImplementedError
+        """Rail accelerations θ̈ ``(n,)`` of the masses at time ``t`` (state ``x`` for closed loops)."""
 
     @property
     def kink_times(self) -> Float[Array, " m"]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +19,9 @@ from .errors import ModelError
 class AbstractForce(eqx.Module):
     """``force(t) -> F_e`` of shape ``(3,)`` [mass·length/time²], spatial frame."""
 
+    @abc.abstractmethod
     def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, "3"]:
-        raise NotImplementedError
+        """The force ``(3,)`` at time ``t``."""
 
 
 class ConstantForce(AbstractForce):

@@ -10,6 +10,8 @@ inside ``jit``/``vmap``/``grad`` (traced values) skip the value checks.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -97,14 +99,17 @@ class AbstractModel(eqx.Module):
         return 0
 
     @property
+    @abc.abstractmethod
     def state_size(self) -> int:
-        raise NotImplementedError
+        """Length ``N`` of the state vector."""
 
+    @abc.abstractmethod
     def state_labels(self) -> list[str]:
-        raise NotImplementedError
+        """Names of the ``N`` state components, in order."""
 
+    @abc.abstractmethod
     def vector_field(self, t, x, control):
-        raise NotImplementedError
+        """``ẋ`` ``(N,)`` at time ``t`` and state ``x`` ``(N,)`` under ``control`` (pure, jittable)."""
 
     def observables(self, x, **context) -> dict:
         return {}

@@ -13,6 +13,8 @@ differentiation of ζ (:meth:`AbstractRail.derivatives`), so any user curve work
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,9 +73,9 @@ class AbstractRail(eqx.Module):
     may override :meth:`point_derivatives` with closed forms.
     """
 
+    @abc.abstractmethod
     def point(self, theta: Float[Array, ""]) -> Float[Array, "3"]:
         """ζ(θ) for one row of parameters (``self`` unbatched); body frame at the GC."""
-        raise NotImplementedError
 
     def point_derivatives(
         self, theta: Float[Array, ""]
@@ -189,9 +191,9 @@ class _PlanarRail(AbstractRail):
     center: Float[Array, "k 3"]
     rotation: Float[Array, "k 3 3"]
 
+    @abc.abstractmethod
     def planar(self, theta):
         """``(p, p′, p″)`` in the rail frame, each ``(3,)``."""
-        raise NotImplementedError
 
     def point(self, theta):
         p, _, _ = self.planar(theta)

@@ -20,6 +20,8 @@ satisfied, continuously differentiable everywhere.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
@@ -61,8 +63,9 @@ class AbstractCostTerm(eqx.Module):
     def name(self) -> str:
         return type(self).__name__
 
+    @abc.abstractmethod
     def raw_residuals(self, ev: Evaluation) -> Float[Array, " m"]:
-        raise NotImplementedError
+        """Unweighted residuals ``(m,)`` of the term for one evaluated design."""
 
     def residuals(self, ev: Evaluation) -> Float[Array, " m"]:
         """√weight · raw residuals."""

@@ -47,6 +47,8 @@ are conserved, or balanced by the external wrench.
 
 from __future__ import annotations
 
+import abc
+
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
@@ -124,20 +126,21 @@ class AbstractSE3Body(AbstractModel):
     def state_size(self) -> int:
         return 13
 
+    @abc.abstractmethod
     def _velocity_labels(self) -> list[str]:
-        raise NotImplementedError
+        """Names of the six velocity components of this formulation."""
 
     def state_labels(self) -> list[str]:
         return _common.orientation_labels() + ["b1", "b2", "b3"] + self._velocity_labels()
 
     # -- conversions between the formulation's velocities and the body twist (u, Ω) -------------
+    @abc.abstractmethod
     def body_twist(self, x) -> tuple[Array, Array, Array, Array, Array]:
         """(R, b, u, Ω) of one state: rotation (3, 3), position (3,), body velocities (3,), (3,)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def velocities_from_body(self, rotation, position, u, omega_body) -> tuple[Array, Array]:
         """The formulation's (v, w) from the body twist (u, Ω)."""
-        raise NotImplementedError
 
     def state_from_body(
         self, q: ArrayLike = _common.IDENTITY_VERSOR, b: ArrayLike = (0.0, 0.0, 0.0),

@@ -17,6 +17,8 @@ orthogonal to Ω.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable
 from typing import Any
 
@@ -36,8 +38,9 @@ from .free_body import euler_rhs
 class AbstractConstraintVector(eqx.Module):
     """ξ(t): ``__call__(t) -> (3,)``, a body-frame vector (need not be unit length)."""
 
+    @abc.abstractmethod
     def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, "3"]:
-        raise NotImplementedError
+        """The constraint vector ``(3,)`` (body frame) at time ``t``."""
 
 
 class ConstantVector(AbstractConstraintVector):

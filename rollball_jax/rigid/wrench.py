@@ -12,6 +12,8 @@ the ``energy`` observable.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +28,9 @@ from . import _common
 class AbstractWrench(eqx.Module):
     """``(force, torque_about_O)`` in spatial components; ``potential`` of conservative wrenches."""
 
+    @abc.abstractmethod
     def __call__(self, t, rotation: Float[Array, "3 3"], position: Float[Array, "3"]) -> tuple[Array, Array]:
-        raise NotImplementedError
+        """``(torque, force)``, each ``(3,)``."""
 
     def potential(self, rotation: Float[Array, "3 3"], position: Float[Array, "3"]) -> Float[Array, ""]:
         return jnp.zeros((), dtype=position.dtype)

@@ -326,7 +326,7 @@ class RunConfig:
     @property
     def model_type(self) -> str:
         """``"ball"`` or ``"disk"``."""
-        return "ball" if isinstance(self.model, Ball) else "disk"
+        return self.model.kind
 
     def make_solver(self) -> dfx.AbstractSolver:
         """A fresh diffrax solver instance of :attr:`solver`."""

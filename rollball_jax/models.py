@@ -114,6 +114,12 @@ class AbstractModel(eqx.Module):
     def observables(self, x, **context) -> dict:
         return {}
 
+    @property
+    def kind(self) -> str:
+        """Short name of the system (``"ball"``, ``"disk"``, ``"freerigidbody"``, ...): the
+        class name in lower case; used in labels and in the metadata of written results."""
+        return type(self).__name__.lower()
+
     def observable_context(self, x0, **kwargs) -> dict:
         return {}
 
@@ -314,6 +320,20 @@ class Ball(AbstractModel):
 
         return observables(self, x)
 
+    def kinematics(self, x, **context):
+        """``(θ (n,), θ̇ (n,), Λ (3, 3) body → spatial, Ω (3,) body, z_GC (3,) spatial)`` of
+        one state (7.1); Λ from the versor q (2.15), the GC at height 0."""
+        from .dynamics.ball import ball_state_split
+        from .geometry import rotation_matrix
+
+        theta, theta_dot, q, omega, z = ball_state_split(x, self.n)
+        return theta, theta_dot, rotation_matrix(q), omega, jnp.stack([z[0], z[1], jnp.zeros_like(z[0])])
+
+    @property
+    def rotational_inertia(self) -> Float[Array, "3"]:
+        """``(d1, d2, d3)``: principal moments of m0 about its CM, body axes (as in the kinetic energy)."""
+        return self.inertia
+
     def check_state(self, x, name: str = "x0", outside=None) -> None:
         """The versor q = x[2n:2n+4] must have unit length (to within ``checks.VERSOR_TOL``);
         every mass strictly inside the shell."""
@@ -443,6 +463,23 @@ class Disk(AbstractModel):
         from .observables import observables
 
         return observables(self, x, z_a, phi_a)
+
+    def kinematics(self, x, z_a=0.0, phi_a=0.0):
+        """``(θ (n,), θ̇ (n,), Λ (3, 3), Ω (3,) body, z_GC (3,) spatial)`` of one state
+        (6.1): Λ the rotation by φ about e2 (5.29), Ω = (0, −φ̇, 0) (5.30), the GC at
+        z = z_a − r(φ − φ_a) (5.41)."""
+        from .geometry import rotation_about_e2
+
+        n = self.n
+        theta, theta_dot, phi, phi_dot = x[:n], x[n : 2 * n], x[2 * n], x[2 * n + 1]
+        omega = jnp.stack([0.0 * phi_dot, -phi_dot, 0.0 * phi_dot])
+        gc1 = z_a - self.radius * (phi - phi_a)
+        return theta, theta_dot, rotation_about_e2(phi), omega, jnp.stack([gc1, jnp.zeros_like(gc1), jnp.zeros_like(gc1)])
+
+    @property
+    def rotational_inertia(self) -> Float[Array, "3"]:
+        """``(0, d2, 0)``: the disk turns about E2 only; d2 is m0's polar moment about its CM."""
+        return jnp.array([0.0, 1.0, 0.0]) * self.d2
 
     def observable_context(self, x0, z_a=0.0, **kwargs):
         """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""

@@ -13,30 +13,16 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .dynamics.ball import ball_state_split
-from .geometry import rotation_matrix, rotation_about_e2
-from .models import Ball, Disk
-
 
 class Kinematics:
-    """θ, θ̇, Λ, Ω and the GC (spatial, (3,)) of one state, for either model."""
+    """θ, θ̇, Λ, Ω and the GC (spatial, (3,)) of one state, from the model's own
+    ``kinematics(x, **context)`` (``Ball``: (7.1), (2.15); ``Disk``: (5.29), (5.30), (5.41))."""
 
     def __init__(self, model, x, z_a=0.0, phi_a=0.0):
-        n = model.n
-        if isinstance(model, Ball):
-            theta, theta_dot, q, omega, z = ball_state_split(x, n)
-            self.orientation = rotation_matrix(q)
-            self.omega = omega
-            self.gc = jnp.stack([z[0], z[1], jnp.zeros_like(z[0])])
-        elif isinstance(model, Disk):
-            theta, theta_dot, phi, phi_dot = x[:n], x[n : 2 * n], x[2 * n], x[2 * n + 1]
-            self.orientation = rotation_about_e2(phi)  # (5.29)
-            self.omega = jnp.stack([0.0 * phi_dot, -phi_dot, 0.0 * phi_dot])  # (5.30)
-            gc1 = z_a - model.radius * (phi - phi_a)  # (5.41)
-            self.gc = jnp.stack([gc1, jnp.zeros_like(gc1), jnp.zeros_like(gc1)])
-        else:
-            raise TypeError(f"no observables for model type {type(model).__name__}")
-        self.theta, self.theta_dot = theta, theta_dot
+        kin = getattr(model, "kinematics", None)
+        if kin is None:
+            raise TypeError(f"no observables for model type {type(model).__name__}: it has no 'kinematics'")
+        self.theta, self.theta_dot, self.orientation, self.omega, self.gc = kin(x, z_a=z_a, phi_a=phi_a)
 
 
 def mass_positions_body(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, "n 3"]:
@@ -87,7 +73,7 @@ def energy(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, ""]:
     gamma = k.orientation[2]
     r = model.radius
     y = jnp.cross(k.omega, r * gamma + zeta) + zeta_dot
-    inertia = model.inertia if isinstance(model, Ball) else jnp.array([0.0, model.d2, 0.0])
+    inertia = model.rotational_inertia
     kinetic = 0.5 * jnp.sum(m * jnp.sum(y * y, axis=-1)) + 0.5 * jnp.dot(k.omega, inertia * k.omega)
     potential = model.g * jnp.sum(m * (zeta @ gamma))
     return kinetic + potential

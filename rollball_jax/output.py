@@ -27,7 +27,6 @@ import numpy as np
 import xarray as xr
 
 from . import __version__
-from .models import Ball
 
 __all__ = [
     "TRAJECTORY_FILE",
@@ -108,7 +107,7 @@ def netcdf_engine() -> str:
 
 
 def _model_type(model) -> str:
-    return "ball" if isinstance(model, Ball) else "disk"
+    return model.kind
 
 
 def _config_attrs(config) -> dict[str, Any]:

@@ -55,3 +55,13 @@ def test_complete_user_control_drives_a_solve():
     sol = rb.simulate(disk, Ramp(jnp.asarray(0.1)), x0, (0.0, 2.0), ts=np.linspace(0.0, 2.0, 5), rtol=1e-10, atol=1e-10)
     theta = np.asarray(sol.xs)[:, 0]
     np.testing.assert_allclose(theta, 0.05 * np.linspace(0.0, 2.0, 5) ** 2, rtol=0, atol=1e-9)
+
+
+def test_model_kind_names_the_system():
+    """Labels and result metadata come from the model (``kind``), not from an isinstance
+    chain that called every non-ball model a disk."""
+    disk = rb.Disk(1.0, 1.0, 1.0, (0.0, 0.0), 1.0, [1.0], [rb.CircleRail(0.5)])
+    ball = rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], [0.0, 0.0, -0.05], 1.0, [1.0], [rb.CircleRail(0.5)])
+    assert (ball.kind, disk.kind) == ("ball", "disk")
+    assert rigid.FreeRigidBody([1.0, 2.0, 3.0]).kind == "freerigidbody"
+    assert rigid.HeavyTop(1.0, [1.0, 2.0, 3.0], [0.0, 0.0, 0.1]).kind == "heavytop"

@@ -48,6 +48,7 @@ from .sensitivity import (  # noqa: E402
 from . import rigid  # noqa: E402
 from . import contact  # noqa: E402
 from .contact import contact_along, contact_forces  # noqa: E402
+from .compilation_cache import enable_compilation_cache  # noqa: E402
 
 import importlib as _importlib
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optimistix as optx
+from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 from tqdm.auto import tqdm
 
@@ -59,6 +60,35 @@ def residual_fn(params: PyTree, args) -> tuple[jax.Array, jax.Array]:
     problem, cost = args
     ev = problem.evaluate(params)
     return cost.residuals(ev), ev.xs
+
+
+def residual_fn_dense(params: PyTree, args) -> tuple[jax.Array, jax.Array]:
+    """:func:`residual_fn` whose linearisation is a dense Jacobian, for the least-squares
+    solvers. Its JVP rule computes the whole Jacobian ``J`` ``(m, p)`` by forward mode (one
+    solve carrying ``p`` tangents) and returns ``J·t``; so optimistix's linearise →
+    materialise → transpose (``Jᵀr``) costs one forward-mode Jacobian and two small matrix
+    products, instead of forward mode plus a transposed (reverse-mode) solve with its own
+    compilation. Measured on experiment (a) (24 parameters, 1,270 residuals, 2 cores,
+    loaded machine): the LM step compiles in 9–11 s instead of 19.6 s; a step costs the
+    same (~0.29 s at a moving iterate: the forward-mode Jacobian is most of it)."""
+    problem_cost = args
+    flat, unravel = ravel_pytree(params)
+
+    def f(v):
+        return residual_fn(unravel(v), problem_cost)
+
+    @jax.custom_jvp
+    def g(v):
+        return f(v)
+
+    @g.defjvp
+    def _g_jvp(primals, tangents):
+        (v,), (tv,) = primals, tangents
+        basis = jnp.eye(v.shape[0], dtype=v.dtype)
+        (r, xs), (J, _) = jax.vmap(lambda e: jax.jvp(f, (v,), (e,)), out_axes=(None, 1))(basis)
+        return (r, xs), (J @ tv, jnp.zeros_like(xs))
+
+    return g(flat)
 
 
 def cost_fn(params: PyTree, args) -> tuple[jax.Array, jax.Array]:
@@ -88,14 +118,14 @@ def residuals_and_jacobian(params: PyTree, problem: DesignProblem, cost: Cost):
 
 @eqx.filter_jit
 def _init(solver, y, args, least_squares: bool):
-    fn, options = (residual_fn, _LSQ_OPTIONS) if least_squares else (cost_fn, _MIN_OPTIONS)
+    fn, options = (residual_fn_dense, _LSQ_OPTIONS) if least_squares else (cost_fn, _MIN_OPTIONS)
     f_struct, aux_struct = jax.eval_shape(fn, y, args)
     return solver.init(fn, y, args, options, f_struct, aux_struct, _TAGS)
 
 
 @eqx.filter_jit
 def _step(solver, y, state, args, least_squares: bool):
-    fn, options = (residual_fn, _LSQ_OPTIONS) if least_squares else (cost_fn, _MIN_OPTIONS)
+    fn, options = (residual_fn_dense, _LSQ_OPTIONS) if least_squares else (cost_fn, _MIN_OPTIONS)
     y, state, _ = solver.step(fn, y, args, options, state, _TAGS)
     done, result = solver.terminate(fn, y, args, options, state, _TAGS)
     info = state.f_info

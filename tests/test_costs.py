@@ -1,0 +1,105 @@
+"""Each design cost term's value against a closed form, on a prescribed trajectory.
+
+The terms only read the sampled states (and evaluate the control), so a synthetic
+trajectory whose integrands are constant in time makes every integral exact on the
+trapezoid / Gauss grids: the expected values below are hand-computed numbers. These catch
+what gradient-vs-FD checks cannot (those compare a term with itself): a flipped margin
+sign, a missing 1/T, a squared norm taken twice, the wrong bound side. Agreement is to
+rounding (bound 1e-12 relative).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rollball_jax as rb
+from rollball_jax import design as dz
+from rollball_jax.design.problem import Evaluation
+from conftest import make_paper_ball
+
+T = 2.0
+TS = np.linspace(0.0, T, 21)
+RTOL = 1e-12
+
+
+def _evaluation(gc_path, theta_dot=(0.0, 0.0, 0.0), Omega=(0.0, 0.0, 0.0), control=None):
+    """Paper ball on a prescribed state path: GC at ``gc_path(t)``, constant θ̇ and Ω."""
+    ball = make_paper_ball()
+    control = rb.ConstantControl(np.zeros(3)) if control is None else control
+    xs = jnp.stack([
+        ball.initial_state(theta=[0.0, 2.0369, 0.7044], theta_dot=list(theta_dot), Omega=list(Omega),
+                           z=list(gc_path(t)))
+        for t in TS
+    ])
+    return Evaluation(ball, control, xs[0], jnp.asarray(TS), xs, ball.observable_context(xs[0]))
+
+
+def _close(a, b):
+    np.testing.assert_allclose(float(a), b, rtol=RTOL, atol=1e-15)
+
+
+def test_target_gc():
+    ev = _evaluation(lambda t: (t, 0.75 * t))  # ends at (2, 1.5)
+    term = dz.TargetGC((2.0, 1.0), weight=3.0)
+    _close(term.value(ev), 3.0 * 0.5**2)
+    _close(term.metrics(ev)["endpoint_error"], 0.5)
+
+
+def test_track_path_is_a_time_average():
+    """A constant offset d from the reference: (1/T)∫|d|² dt = |d|², whatever T and window."""
+    ref = lambda t: jnp.stack([0.3 * t, -0.2 * t])  # noqa: E731
+    ev = _evaluation(lambda t: (0.3 * t + 0.06, -0.2 * t - 0.08))  # |d| = 0.1
+    _close(dz.TrackPath(ref, weight=2.0).value(ev), 2.0 * 0.01)
+    windowed = dz.TrackPath(ref, weight=2.0, start=0.5, end=1.5)
+    _close(windowed.value(ev), 2.0 * 0.01)
+    _close(windowed.metrics(ev)["rms_tracking_error"], 0.1)
+
+
+def test_control_effort_integrates_u_squared():
+    ev = _evaluation(lambda t: (0.0, 0.0), control=rb.ConstantControl([1.0, 2.0, 0.0]))
+    _close(dz.ControlEffort(weight=0.5).value(ev), 0.5 * 5.0 * T)
+    spline = rb.CubicSplineControl(np.linspace(0.0, T, 5), np.array([[1.0] * 5, [2.0] * 5, [0.0] * 5]))
+    ev = _evaluation(lambda t: (0.0, 0.0), control=spline)
+    _close(dz.ControlEffort(weight=0.5).metrics(ev)["control_effort"], 5.0 * T)
+
+
+def test_rail_speed_bound_with_margin():
+    """|θ̇| = (0.3, 0.1, 0) against max 0.2 with margin 0.05: excess (0.15, 0, 0) all the time."""
+    ev = _evaluation(lambda t: (0.0, 0.0), theta_dot=(0.3, -0.1, 0.0))
+    term = dz.RailSpeedBound(0.2, weight=4.0, margin=0.05)
+    _close(term.value(ev), 4.0 * 0.15**2 * T)
+    _close(term.metrics(ev)["rail_speed_margin"], 0.2 - 0.3)
+
+
+def test_rail_accel_bound_with_margin():
+    ev = _evaluation(lambda t: (0.0, 0.0), control=rb.ConstantControl([1.0, -0.5, 0.0]))
+    term = dz.RailAccelBound(0.8, weight=2.0, margin=0.1)
+    _close(term.value(ev), 2.0 * 0.3**2 * T)
+    _close(term.metrics(ev)["max_rail_accel"], 1.0)
+
+
+def test_keep_out_disc_penetration_and_margin():
+    """GC held at the origin, disc centre (0.3, 0.4) (distance 0.5), radius 0.45, margin 0.1:
+    depth 0.05 all the time; clearance +0.05 (outside the true disc)."""
+    ev = _evaluation(lambda t: (0.0, 0.0))
+    term = dz.KeepOutDiscs([[0.3, 0.4]], [0.45], weight=10.0, margin=0.1)
+    _close(term.value(ev), 10.0 * 0.05**2 * T)
+    _close(term.metrics(ev)["min_clearance"], 0.05)
+    _close(dz.KeepOutDiscs([[0.3, 0.4]], [0.45], weight=10.0, margin=0.0).value(ev), 0.0)
+
+
+@pytest.mark.parametrize("equilibrium, hold", [(False, False), (True, True)])
+def test_final_rest(equilibrium, hold):
+    """Identity orientation: ω(T) = Ω; residuals ω, rate_scale·θ̇, (CM − GC)_xy, u(T)."""
+    Omega, theta_dot, u = (0.1, -0.2, 0.3), (0.1, 0.0, -0.05), (0.4, 0.0, 0.0)
+    ev = _evaluation(lambda t: (0.0, 0.0), theta_dot=theta_dot, Omega=Omega, control=rb.ConstantControl(list(u)))
+    term = dz.FinalRest(weight=2.0, equilibrium=equilibrium, hold=hold, rate_scale=3.0)
+    expected = np.sum(np.square(Omega)) + 9.0 * np.sum(np.square(theta_dot))
+    if equilibrium:
+        obs = ev.observables(ev.x_final)
+        expected += float(np.sum(np.square(np.asarray(obs["cm_spatial"] - obs["gc"])[:2])))
+    if hold:
+        expected += float(np.sum(np.square(u)))
+    _close(term.value(ev), 2.0 * expected)

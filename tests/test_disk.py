@@ -75,10 +75,14 @@ def test_paper_disk_matches_reference(paper_disk, reference):
     ts = np.asarray(ref["t_out"])
     sol = rb.simulate(paper_disk, rb.PaperStep.disk(4), ref["x0"], (0.0, 20.0), ts=ts, rtol=1e-12, atol=1e-12)
     expected = np.array([ref["states"][k] for k in ref["states"]])
+    # Measured: 8.3e-11 at the interior save times (dense-output interpolation), 2.5e-13 at
+    # t = 20 (a step end). Bounds ~12x and ~20x that, so that a 1e-8 relative error in the
+    # vector field (a wrong constant, say) is caught at t = 20.
     err = np.abs(sol.xs - expected)
-    assert err.max() <= 1e-8, err.max(axis=1)
+    assert err.max() <= 1e-9, err.max(axis=1)
+    assert err[-1].max() <= 5e-12, err[-1]
     gc = np.array([ref["gc_position"][k] for k in ref["gc_position"]])
-    np.testing.assert_allclose(sol.gc[:, 0], gc, atol=1e-8)
+    np.testing.assert_allclose(sol.gc[:, 0], gc, atol=1e-9)
     np.testing.assert_allclose(PAPER_DISK_X0, ref["x0"])
 
 

@@ -22,6 +22,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from . import checks
 from .controls import AbstractControl
+from ._results import CODES, describe, result_code
 from .errors import ModelError, SimulationError
 from .models import AbstractModel
 
@@ -119,7 +120,7 @@ def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps
                         max_steps=max_steps, dt0=dt0, event=event)
         ys, y_end = sol.ys
         stats = {k: jnp.asarray(sol.stats[k], jnp.int64) for k in ("num_steps", "num_accepted_steps", "num_rejected_steps")}
-        return ys, sol.ts[1][-1], y_end[-1], jnp.asarray(sol.result._value, jnp.int32), stats
+        return ys, sol.ts[1][-1], y_end[-1], result_code(sol.result), stats
 
     def skip():  # the vector field is not finite at the start: do not spend max_steps on it
         zero = jnp.asarray(0, jnp.int64)
@@ -297,10 +298,10 @@ def simulate(
     code = int(result)
     if bool(outside0):
         model.check_state(x0, "x0")  # raises ModelError naming the mass
-    if code != int(dfx.RESULTS.successful._value):
+    if code != CODES["successful"]:
         t_reached = float(t_end)
         field_bad = _nonfinite_field_message(model, np.asarray(probe_ts), np.asarray(probe))
-        if code == int(dfx.RESULTS.event_occurred._value):
+        if code == CODES["event_occurred"]:
             model.check_trajectory(np.asarray([t_reached]), np.asarray(y_end)[None])
             cause = "event"
         elif field_bad is not None:
@@ -330,9 +331,5 @@ def simulate(
 
 
 def _result_message(code: int) -> str:
-    """Human-readable message of a diffrax ``RESULTS`` code."""
-    for name, item in dfx.RESULTS._name_to_item.items():
-        if int(np.asarray(item._value)) == code:
-            message = dfx.RESULTS._index_to_message[code]
-            return f"{name}: {message}" if message else name
-    return f"diffrax result code {code}"
+    """Human-readable message of a result code (:mod:`rollball_jax._results`)."""
+    return describe(code)

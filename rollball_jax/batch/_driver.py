@@ -20,6 +20,7 @@ from .. import checks
 from ..errors import ModelError
 from ..models import AbstractModel
 from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, default_solver, integrate
+from .._results import result_code
 from ._group_rk import _solve_group_fixed, _solve_group_shared, _solve_pool_lockstep, _tableau
 from ._result import STATUS_NONFINITE, STATUS_NONFINITE_FIELD, STATUS_RAIL_LEFT, STATUS_SUCCESS, BatchResult
 from ._soa import SoAVectorField
@@ -91,7 +92,7 @@ def _adaptive_fn(solver, max_steps, control_axis, devices):
         sol = integrate(m, c, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0)
         ys, y_end = sol.ys
         st = sol.stats
-        return dict(ys=ys, x_end=y_end[-1], t_end=sol.ts[1][-1], code=sol.result._value.astype(jnp.int32),
+        return dict(ys=ys, x_end=y_end[-1], t_end=sol.ts[1][-1], code=result_code(sol.result),
                     num_steps=st["num_steps"], num_accepted_steps=st["num_accepted_steps"],
                     num_rejected_steps=st["num_rejected_steps"])
 

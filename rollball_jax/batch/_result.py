@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import diffrax as dfx
 import numpy as np
 
+from .. import _results
 
 
-#: diffrax result names by code (``diffrax.RESULTS``), e.g. 0 successful, 1 max_steps_reached.
-STATUS_NAMES: dict[int, str] = {
-    int(np.asarray(item._value)): name for name, item in dfx.RESULTS._name_to_item.items()
-}
+
+#: Result names by code (:mod:`rollball_jax._results`, diffrax's outcomes), e.g. 0 successful, 1 max_steps_reached.
+STATUS_NAMES: dict[int, str] = dict(enumerate(_results.NAMES))
 STATUS_SUCCESS = 0
 STATUS_MAX_STEPS = next(k for k, v in STATUS_NAMES.items() if v == "max_steps_reached")
 STATUS_NONFINITE = next(k for k, v in STATUS_NAMES.items() if v == "nonfinite")
@@ -100,7 +99,7 @@ class BatchResult:
             if i < len(self.details) and self.details[i]:
                 out.append(f"{name}: {self.details[i]}")
                 continue
-            msg = dfx.RESULTS._index_to_message[int(code)] if int(code) in STATUS_NAMES and 0 <= int(code) < len(dfx.RESULTS._index_to_message) else ""
+            msg = _results.MESSAGES.get(name, "")
             out.append(f"{name}: {msg}" if msg else name)
         return out
 

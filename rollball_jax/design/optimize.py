@@ -130,7 +130,7 @@ def _step(solver, y, state, args, least_squares: bool):
     done, result = solver.terminate(fn, y, args, options, state, _TAGS)
     info = state.f_info
     loss = jnp.sum(info.residual**2) if least_squares else info.f
-    return y, state, done, result._value, loss, state.aux  # aux: trajectory of y
+    return y, state, done, result == optx.RESULTS.successful, loss, state.aux  # aux: trajectory of y
 
 
 _ADAM = optax.inject_hyperparams(optax.adam)(learning_rate=1e-2)
@@ -325,7 +325,7 @@ def optimize(
             solver = (LEAST_SQUARES if least_squares else MINIMISERS)[method](rtol=rtol, atol=atol)
             state = _init(solver, params, args, least_squares)
             for k in range(max_steps):
-                params, state, done, result, loss, xs = _step(solver, params, state, args, least_squares)
+                params, state, done, successful, loss, xs = _step(solver, params, state, args, least_squares)
                 loss = float(loss)  # cost of the last accepted iterate `params`
                 if k == 0:
                     compile_time = time.perf_counter() - start
@@ -334,8 +334,8 @@ def optimize(
                 bar.update(1)
                 bar.set_postfix(cost=f"{loss:.3e}")
                 if bool(done):
-                    converged = int(result) == int(optx.RESULTS.successful._value)
-                    message = "optimistix stopping test met" if converged else f"optimistix stopped: result code {int(result)}"
+                    converged = bool(successful)
+                    message = "optimistix stopping test met" if converged else "optimistix stopped without meeting its test (e.g. a failed linear solve)"
                     break
                 if target_cost is not None and loss <= target_cost:
                     converged, message = True, "target_cost reached"

@@ -8,10 +8,12 @@ inertia and every rail radius scaled by an independent factor uniform in [0.95, 
 the initial state off by 0.05 rad in every angle (the three rail angles and the ball's
 orientation, a rotation by (±0.05, ±0.05, ±0.05) about the body axes; random signs).
 Each robot runs twice: with the open-loop plan u(t) (``control_axis=None``: one control
-shared by all members), and with the TVLQR feedback u(t, x) = ū(t) − K(t)(x − x̄(t))
+shared by all members), and with the TVLQR feedback u(t, x) = ū(t) − K(t) φ(x, x̄(t))
 designed on the *nominal* model around the designed segments (the same controller for
-every member: it does not know the perturbation). Reported: the distribution of the
-RMS tracking error (1/T)∫|z_GC − p|² dt over members (median, 95th percentile, max) and
+every member: it does not know the perturbation), with the (b′) feedback settings
+(``design_circle_tracking.feedback_weights``: the error φ in geometric coordinates, the
+body-frame rotation error instead of x − x̄ on the versor, the orientation not weighted).
+Reported: the distribution of the RMS tracking error (1/T)∫|z_GC − p|² dt over members (median, 95th percentile, max) and
 the members whose solve failed (a mass left the shell or the solver stopped: counted as
 diverged), with and without feedback.
 
@@ -139,6 +141,7 @@ def run(quick: bool = False, out: str | Path | None = None, progress: bool = Tru
         "initial_error": f"±{ANGLE_ERROR} rad in every rail angle and about every body axis (random signs)",
         "seed": seed,
         "feedback": {"kind": "TVLQR on the nominal model", "build_time_s": t_feedback,
+                     "error": circle.feedback_weights(base.model).get("error", "full"),
                      "Q_diagonal": np.diag(circle.feedback_weights(base.model)["Q"]).tolist(),
                      "R_diagonal": np.diag(circle.feedback_weights(base.model)["R"]).tolist()},
         "rms_tracking_error": stats,

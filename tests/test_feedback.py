@@ -143,3 +143,157 @@ def test_saturated_feedback_clips_every_component(inverted_disk):
     assert float(sat(2.0, small)[0]) == pytest.approx(float(lqr(2.0, small)[0]), rel=1e-12)
     with pytest.raises(rb.ModelError, match="u_max"):
         dz.tvlqr(disk, ctl, x_eq, (0.0, 10.0), u_max=0.0)
+
+
+# --------------------------------------------------------------------------------------
+# geometric error coordinates (error="geometric")
+# --------------------------------------------------------------------------------------
+
+from rollball_jax.config import load_config  # noqa: E402
+from rollball_jax.design import feedback as fb  # noqa: E402
+from rollball_jax.geometry import hat, quat_multiply  # noqa: E402
+
+
+def _rotvec_quat(v):
+    a = np.linalg.norm(v)
+    return np.concatenate([[np.cos(a / 2)], np.sin(a / 2) * np.asarray(v) / a])
+
+
+@pytest.fixture(scope="module")
+def paper_ball():
+    cfg = load_config("paper-ball")
+    return cfg.model, np.asarray(cfg.x0)
+
+
+def test_rotation_error_is_the_small_angle_rotation_vector(paper_ball):
+    """state_error on the ball: zero at the nominal; for q = q̄ ⊗ exp(v/2) the orientation
+    block is 2 sin(|v|/2) v/|v|, i.e. v to O(|v|³) (|error − v| = |v| − 2 sin(|v|/2) ≤ |v|³/24,
+    asserted with 1e-15 slack); the same for −q; the other components are x − x̄;
+    state_retract is its exact inverse (1e-15) and returns a unit versor."""
+    model, x0 = paper_ball
+    k = model.versor_index
+    rng = np.random.default_rng(0)
+    q_bar = rng.normal(size=4)
+    x_bar = x0.copy()
+    x_bar[k : k + 4] = q_bar / np.linalg.norm(q_bar)
+    x_bar[k + 4 : k + 7] = [0.3, -0.2, 0.1]
+    np.testing.assert_allclose(np.asarray(fb.state_error(x_bar, x_bar, k)), 0.0, rtol=0, atol=1e-15)
+    for angle in (1e-3, 0.05, 0.3):
+        v = angle * rng.normal(size=3)
+        v *= angle / np.linalg.norm(v)
+        x = x_bar + 0.01 * rng.normal(size=x_bar.size)
+        x[k : k + 4] = np.asarray(quat_multiply(x_bar[k : k + 4], _rotvec_quat(v)))
+        e = np.asarray(fb.state_error(x, x_bar, k))
+        assert e.shape == (model.state_size - 1,)
+        assert np.linalg.norm(e[k : k + 3] - v) <= angle**3 / 24 + 1e-15
+        np.testing.assert_allclose(e[:k], x[:k] - x_bar[:k], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(e[k + 3 :], x[k + 4 :] - x_bar[k + 4 :], rtol=0, atol=1e-15)
+        x_neg = x.copy()
+        x_neg[k : k + 4] *= -1.0  # the same rotation
+        np.testing.assert_allclose(np.asarray(fb.state_error(x_neg, x_bar, k)), e, rtol=0, atol=1e-15)
+        back = np.asarray(fb.state_retract(x_bar, e, k))
+        np.testing.assert_allclose(back, x, rtol=0, atol=1e-15)
+        assert abs(np.linalg.norm(back[k : k + 4]) - 1.0) < 1e-15
+
+
+def test_periodic_rail_angles_are_wrapped(paper_ball, inverted_disk):
+    """The paper ball's three rails are circles: a mass a full turn (2π) ahead has zero
+    error in the geometric coordinates (1e-12) and 2π in x − x̄; an error of 3 rad stays 3."""
+    model, x0 = paper_ball
+    assert fb.periodic_angles(model) == (0, 1, 2)
+    disk = inverted_disk[0]
+    assert fb.periodic_angles(disk) == (0,)
+    assert fb.periodic_angles(rb.Disk(1.0, 1.0, 1.0, masses=[1.0], rails=[rb.SpokeRail([1.0, 0.0, 0.0], [-0.5, 0.5])])) == ()
+    x = x0.copy()
+    x[0] += 2 * np.pi
+    x[1] += 3.0
+    k = model.versor_index
+    e = np.asarray(fb.state_error(x, x0, k, wrap=fb.periodic_angles(model)))
+    np.testing.assert_allclose(e[:3], [0.0, 3.0, 0.0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(fb.state_error(x, x0, k))[:3], [2 * np.pi, 3.0, 0.0], rtol=0, atol=1e-12)
+
+
+def test_error_linearisation_orientation_block(paper_ball, inverted_disk):
+    """At a generic ball state the linearised error dynamics have the kinematic rows
+    δφ̇ = δΩ − Ω̄ × δφ exactly (1e-12) and no input in them; B_e's θ̇ rows are the identity
+    (u = θ̈). For the disk (no versor) they equal the plain Jacobians (A, B) (1e-12)."""
+    model, x0 = paper_ball
+    k = model.versor_index
+    x = x0.copy()
+    x[3:6] = [0.1, 0.2, -0.3]
+    q = np.array([0.9, 0.1, -0.3, 0.2])
+    x[k : k + 4] = q / np.linalg.norm(q)
+    omega = np.array([0.3, -0.2, 0.5])
+    x[k + 4 : k + 7] = omega
+    ctl = rb.ConstantControl([0.1, -0.2, 0.05])
+    A_e, B_e = (np.asarray(M) for M in fb.error_linearisation(model, ctl, 0.0, jnp.asarray(x), k))
+    assert A_e.shape == (14, 14) and B_e.shape == (14, 3)
+    np.testing.assert_allclose(A_e[k : k + 3, k : k + 3], -np.asarray(hat(jnp.asarray(omega))), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(A_e[k : k + 3, k + 3 : k + 6], np.eye(3), rtol=0, atol=1e-12)
+    others = np.r_[0:k, k + 6 : 14]
+    np.testing.assert_allclose(A_e[k : k + 3][:, others], 0.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(B_e[k : k + 3], 0.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(B_e[3:6], np.eye(3), rtol=0, atol=1e-12)
+    disk, dctl, x_eq, _ = inverted_disk
+    A, B = dz.linearisation(disk, dctl, 0.0, jnp.asarray(x_eq))
+    A2, B2 = fb.error_linearisation(disk, dctl, 0.0, jnp.asarray(x_eq), None)
+    np.testing.assert_allclose(np.asarray(A2), np.asarray(A), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(B2), np.asarray(B), rtol=0, atol=1e-12)
+
+
+def test_geometric_tvlqr_rejects_an_orientation_error(paper_ball):
+    """The paper ball at rest with its CM above the GC (an inverted pendulum, time constant
+    ≈ 1), plan u = 0 over [0, 8], started 0.05 rad off about every body axis. Open loop it
+    falls: the GC leaves the nominal by 0.26 (measured; asserted > 0.15). With the geometric
+    TVLQR (GC weight 100, the rest 10, R = 0.3; gains (G, 3, 14)) the GC stays within 9.6e-3
+    (asserted < 2e-2) and the final error without the orientation is 1.3e-2 (asserted
+    < 3e-2, against 0.36 open loop). On the nominal model the x − x̄ TVLQR with the same
+    weights gives the same closed loop to first order (the two error maps agree to O(|e|²)
+    and the versor's length direction carries no weight in the pull-back): measured max
+    state difference 6e-8, asserted < 1e-5. At the nominal it returns the plan (1e-12)."""
+    model, x0 = paper_ball
+    k = model.versor_index
+    ctl = rb.ConstantControl([0.0, 0.0, 0.0])
+    Q = dz.state_weights(model, 10.0, z1=100.0, z2=100.0)
+    lqr = dz.tvlqr(model, ctl, x0, (0.0, 8.0), Q, 0.3 * np.eye(3), n_grid=161, error="geometric")
+    assert lqr.gains.shape == (161, 3, 14) and lqr.versor_index == k and lqr.wrap == (0, 1, 2)
+    np.testing.assert_allclose(np.asarray(lqr(2.0, jnp.asarray(lqr.x_nominal[40]))), 0.0, atol=1e-12)
+    x = x0.copy()
+    x[k : k + 4] = np.asarray(quat_multiply(x0[k : k + 4], _rotvec_quat(np.full(3, 0.05))))
+    ts = np.linspace(0.0, 8.0, 81)
+    nominal = rb.simulate(model, ctl, x0, (0.0, 8.0), ts=ts)
+    opened = rb.simulate(model, ctl, x, (0.0, 8.0), ts=ts)
+    closed = rb.simulate(model, lqr, x, (0.0, 8.0), ts=ts)
+    gc = slice(k + 7, k + 9)
+    assert np.max(np.abs(opened.xs[:, gc] - nominal.xs[:, gc])) > 0.15
+    assert np.max(np.abs(closed.xs[:, gc] - nominal.xs[:, gc])) < 2e-2
+    e_end = np.asarray(fb.state_error(closed.xs[-1], nominal.xs[-1], k))
+    assert np.linalg.norm(np.r_[e_end[:k], e_end[k + 3 :]]) < 3e-2
+    plain = rb.simulate(model, dz.tvlqr(model, ctl, x0, (0.0, 8.0), Q, 0.3 * np.eye(3), n_grid=161), x, (0.0, 8.0), ts=ts)
+    assert np.max(np.abs(plain.xs - closed.xs)) < 1e-5
+
+
+def test_geometric_weights_and_validation(paper_ball, inverted_disk):
+    """An (N, N) weight is pulled back along the nominal: w on each of q0…q3 is w/4 on each
+    component of δφ, so Q = diag(…, 4, 4, 4, 4, …) and the (N − 1)-weight with 1 on δφ give
+    the same gains (1e-9 relative). Wrong shapes and an unknown error kind are refused."""
+    model, x0 = paper_ball
+    ctl = rb.ConstantControl([0.0, 0.0, 0.0])
+    k = model.versor_index
+    Q_full = np.eye(15)
+    Q_full[k : k + 4, k : k + 4] *= 4.0
+    a = dz.tvlqr(model, ctl, x0, (0.0, 2.0), Q_full, n_grid=21, error="geometric")
+    b = dz.tvlqr(model, ctl, x0, (0.0, 2.0), np.eye(14), n_grid=21, error="geometric")
+    scale = float(np.max(np.abs(a.gains)))
+    np.testing.assert_allclose(np.asarray(a.gains), np.asarray(b.gains), rtol=0, atol=1e-9 * scale)
+    with pytest.raises(rb.ModelError, match="'Q' must have shape"):
+        dz.tvlqr(model, ctl, x0, (0.0, 2.0), np.eye(13), n_grid=21, error="geometric")
+    with pytest.raises(rb.ModelError, match="'Q' must have shape"):
+        dz.tvlqr(model, ctl, x0, (0.0, 2.0), np.eye(14), n_grid=21)  # (N − 1) only with geometric
+    with pytest.raises(rb.ModelError, match="error must be"):
+        dz.tvlqr(model, ctl, x0, (0.0, 2.0), n_grid=21, error="lie")
+    disk, dctl, x_eq, lqr = inverted_disk
+    geo = dz.tvlqr(disk, dctl, x_eq, (0.0, 10.0), error="geometric")  # no versor: same gains, wrapped angle
+    np.testing.assert_allclose(np.asarray(geo.gains), np.asarray(lqr.gains), rtol=0, atol=1e-12 * float(np.max(np.abs(lqr.gains))))
+    x = jnp.asarray(x_eq) + jnp.array([2 * np.pi, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(np.asarray(geo(1.0, x)), np.asarray(geo(1.0, jnp.asarray(x_eq))), atol=1e-12)

@@ -17,6 +17,23 @@ closed-loop control, ``u(t, x) = ū(t) − K(t)(x − x̄(t))``, usable wherever
 Representation: ``x̄`` and ``K`` are sampled on a grid of ``G`` times and interpolated by
 natural cubic splines (C², so the closed loop has no kinks of its own); ``ū`` is the
 open-loop control itself, evaluated exactly.
+
+Error coordinates (``error="geometric"``): a state holding a unit quaternion (versor) ``q``
+(the ball, ``model.versor_index`` not ``None``) lives on a manifold of dimension ``N − 1``;
+``x − x̄`` on the four components of ``q`` is a redundant error (one direction, the length
+of ``q``, is neither a physical deviation nor controllable: an eigenvalue 0 that the
+Riccati solve carries along). The geometric error replaces those four components by the
+body-frame rotation error
+
+    δφ = 2 s · vec(q̄⁻¹ ⊗ q)   (3,),  s = sign of the scalar part of q̄⁻¹ ⊗ q,
+
+(:func:`state_error`; the rotation vector of q̄⁻¹ ⊗ q to O(|δφ|³), either sign of q), with
+the exact inverse ``q = q̄ ⊗ (√(1 − |δφ|²/4), δφ/2)`` (:func:`state_retract`). The LQR is
+then solved for the error ``e = φ(x, x̄)`` ``(N − 1,)`` itself: ``ė = φ_x f(x, u) +
+φ_x̄ f(x̄, ū)`` with ``x = ψ(x̄, e)``, linearised at ``e = 0`` by autodiff
+(:func:`error_linearisation`; e.g. the orientation block is ``δφ̇ = δΩ − Ω̄ × δφ``), the
+weights pulled back, ``Q_e(t) = ψ_eᵀ Q ψ_e``, so that a deviation costs what it cost in
+``x``; the feedback is ``u = ū − K_e(t) φ(x, x̄(t))``.
 """
 
 from __future__ import annotations
@@ -32,13 +49,15 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ..controls import AbstractControl, ConstantControl, _natural_spline_operator
 from ..errors import ModelError, SimulationError
+from ..geometry import quat_conjugate, quat_multiply
 from ..models import AbstractModel
+from ..rails import CircleRail, EllipseRail, FigureEightRail
 
 
 def riccati(
     A: Callable[[Array], Float[Array, "N N"]],
     B: Callable[[Array], Float[Array, "N n"]],
-    Q: Float[ArrayLike, "N N"],
+    Q: Float[ArrayLike, "N N"] | Callable[[Array], Float[Array, "N N"]],
     R: Float[ArrayLike, "n n"],
     Qf: Float[ArrayLike, "N N"],
     ts: Float[ArrayLike, " G"],
@@ -50,17 +69,19 @@ def riccati(
     """``P(t)`` at the increasing times ``ts`` ``(G,)`` of the Riccati ODE above, with
     ``P(ts[-1]) = Qf``; integrated from ``ts[-1]`` back to ``ts[0]`` (diffrax ``Tsit5``,
     PID control, symmetrised at every evaluation). ``A(t)`` ``(N, N)``, ``B(t)`` ``(N, n)``
-    are callables; ``Q``, ``Qf`` symmetric positive semi-definite, ``R`` symmetric positive
-    definite. Raises ``SimulationError`` if the solve fails (e.g. a finite escape)."""
+    are callables; ``Q`` (an array, or a callable ``Q(t)`` ``(N, N)``), ``Qf`` symmetric
+    positive semi-definite, ``R`` symmetric positive definite. Raises ``SimulationError`` if
+    the solve fails (e.g. a finite escape)."""
     ts = jnp.asarray(ts, dtype=jnp.float64)
-    Q, R, Qf = (jnp.asarray(M, dtype=jnp.float64) for M in (Q, R, Qf))
+    Q_of_t = Q if callable(Q) else (lambda t, Q_=jnp.asarray(Q, dtype=jnp.float64): Q_)
+    R, Qf = (jnp.asarray(M, dtype=jnp.float64) for M in (R, Qf))
     R_inv = jnp.linalg.inv(R)
 
     def rhs(t, P, args):
         P = 0.5 * (P + P.T)
         a, b = A(t), B(t)
         PB = P @ b
-        return -(a.T @ P + P @ a - PB @ R_inv @ PB.T + Q)
+        return -(a.T @ P + P @ a - PB @ R_inv @ PB.T + Q_of_t(t))
 
     sol = dfx.diffeqsolve(
         dfx.ODETerm(rhs), dfx.Tsit5(), ts[-1], ts[0], -1e-3 * (ts[-1] - ts[0]), Qf,
@@ -68,7 +89,7 @@ def riccati(
         max_steps=max_steps, throw=False,
     )
     P = sol.ys[::-1]
-    if not bool(jnp.all(jnp.isfinite(P))) or int(sol.result._value) != 0:
+    if not bool(jnp.all(jnp.isfinite(P))) or not bool(sol.result == dfx.RESULTS.successful):
         raise SimulationError("Riccati solve failed (finite escape or max_steps): check Q, R, Q_f and the horizon",
                               cause="riccati")
     return 0.5 * (P + jnp.swapaxes(P, 1, 2))
@@ -90,13 +111,113 @@ def _spline_eval(knots, values, second, t):
     return a * values[j] + b * values[j + 1] + ((a**3 - a) * second[j] + (b**3 - b) * second[j + 1]) * h**2 / 6.0
 
 
+def _versor_of(x, k):
+    return x[k : k + 4] / jnp.linalg.norm(x[k : k + 4])
+
+
+def periodic_angles(model: AbstractModel) -> tuple[int, ...]:
+    """Indices into the state of the rail angles θ_i whose rail is a closed curve of period
+    2π in θ (:class:`~rollball_jax.rails.CircleRail`, :class:`~rollball_jax.rails.EllipseRail`,
+    :class:`~rollball_jax.rails.FigureEightRail`): θ_i and θ_i + 2π are the same
+    configuration, and the vector field is 2π-periodic in θ_i. Spokes and user
+    (:class:`~rollball_jax.rails.FunctionRail`) rails are not assumed periodic."""
+    if model.n == 0:
+        return ()
+    closed = np.concatenate([np.full(g.size, isinstance(g, (CircleRail, EllipseRail, FigureEightRail)))
+                             for g in model.rails.groups])
+    closed = closed[np.asarray(model.rails.order, dtype=int)]  # group-row order -> mass order
+    return tuple(int(i) for i in np.nonzero(closed)[0])
+
+
+def _wrap_angles(d, wrap: tuple[int, ...]):
+    """``d`` with the components ``wrap`` mapped into [−π, π) (``d`` elsewhere unchanged)."""
+    if not wrap:
+        return d
+    idx = np.asarray(wrap, dtype=int)
+    return d.at[idx].set(jnp.mod(d[idx] + jnp.pi, 2.0 * jnp.pi) - jnp.pi)
+
+
+def state_error(x: Float[ArrayLike, " N"], x_bar: Float[ArrayLike, " N"], versor_index: int | None = None,
+                wrap: tuple[int, ...] = ()) -> Float[Array, " M"]:
+    """Error ``e = φ(x, x̄)`` of a state ``x`` ``(N,)`` from the nominal ``x̄`` ``(N,)``.
+
+    ``wrap``: indices (before the versor) of angles of period 2π, whose difference is taken
+    into [−π, π) (e.g. :func:`periodic_angles`; a mass that slipped a full turn behind is
+    on the nominal, not 2π off it). ``versor_index = None``: ``e = x − x̄`` ``(N,)`` (with
+    ``wrap``). Otherwise ``k = versor_index`` is the
+    index of ``q0`` of a versor ``q = x[k:k+4]``, and ``e`` ``(N − 1,)`` is ``x − x̄`` with
+    those four components replaced by the body-frame rotation error
+
+        δφ = 2 s · vec(q̄̂* ⊗ q̂)   (3,),   q̂ = q/|q|,  s = +1 if the scalar part ≥ 0 else −1,
+
+    the rotation ``q = q̄ ⊗ exp(δφ/2)`` to O(|δφ|³) (``2 sin(α/2) = α − α³/24`` for a rotation
+    by α about a fixed axis); the same for ``q`` and ``−q``, zero at ``x = x̄``, with
+    ``state_error(state_retract(x̄, e), x̄) = e`` exactly for ``|δφ| ≤ 2``. For the ball
+    (``Ball.versor_index = 2n``, ``q`` maps body to spatial) ``δφ`` is in the body frame.
+    """
+    x = jnp.asarray(x)
+    x_bar = jnp.asarray(x_bar)
+    if versor_index is None:
+        return _wrap_angles(x - x_bar, wrap)
+    k = int(versor_index)
+    r = quat_multiply(quat_conjugate(_versor_of(x_bar, k)), _versor_of(x, k))
+    s = jnp.where(r[0] < 0.0, -1.0, 1.0)
+    return jnp.concatenate([_wrap_angles(x[:k] - x_bar[:k], wrap), 2.0 * s * r[1:], x[k + 4 :] - x_bar[k + 4 :]])
+
+
+def state_retract(x_bar: Float[ArrayLike, " N"], e: Float[ArrayLike, " M"], versor_index: int | None = None) -> Float[Array, " N"]:
+    """The state ``x = ψ(x̄, e)`` ``(N,)`` with error ``e`` from ``x̄`` (the inverse of
+    :func:`state_error`): ``x̄ + e``, or with a versor at ``k = versor_index`` (``e``
+    ``(N − 1,)``), ``q = q̄̂ ⊗ (√(1 − |δφ|²/4), δφ/2)``, a unit versor (``|δφ|`` > 2 is
+    clipped to the rotation by π)."""
+    x_bar = jnp.asarray(x_bar)
+    e = jnp.asarray(e)
+    if versor_index is None:
+        return x_bar + e
+    k = int(versor_index)
+    half = 0.5 * e[k : k + 3]
+    r = jnp.concatenate([jnp.sqrt(jnp.maximum(1.0 - jnp.sum(half**2), 0.0))[None], half])
+    q = quat_multiply(_versor_of(x_bar, k), r)
+    return jnp.concatenate([x_bar[:k] + e[:k], q, x_bar[k + 4 :] + e[k + 3 :]])
+
+
+def error_linearisation(
+    model: AbstractModel, control: AbstractControl, t, x_bar, versor_index: int | None = None
+) -> tuple[Float[Array, "M M"], Float[Array, "M n"]]:
+    """``(A_e, B_e) = (∂ė/∂e, ∂ė/∂δu)`` at ``e = 0``, ``δu = 0`` of the error dynamics
+
+        ė = φ_x(x, x̄) f(t, x, ū + δu) + φ_x̄(x, x̄) f(t, x̄, ū),   x = ψ(x̄, e),
+
+    with ``φ`` = :func:`state_error`, ``ψ`` = :func:`state_retract`, ``ū = control(t, x̄)``
+    and the nominal moving by the model's own field (forward-mode autodiff; ``M = N`` or
+    ``N − 1``). With ``versor_index = None`` these are :func:`linearisation`'s ``(A, B)``; with
+    the ball's versor the orientation rows read ``δφ̇ = δΩ − Ω̄ × δφ``."""
+    x_bar = jnp.asarray(x_bar)
+    u_bar = control(t, x_bar)
+
+    def f(x_, u_):
+        return model.vector_field(t, x_, ConstantControl(u_))
+
+    x_bar_dot = f(x_bar, u_bar)
+
+    def e_dot(e, u):
+        x = state_retract(x_bar, e, versor_index)
+        return jax.jvp(lambda a, b: state_error(a, b, versor_index), (x, x_bar), (f(x, u), x_bar_dot))[1]
+
+    e0 = state_error(x_bar, x_bar, versor_index)
+    return jax.jacfwd(e_dot, argnums=(0, 1))(e0, u_bar)
+
+
 class TVLQRControl(AbstractControl):
-    """Closed-loop control ``u(t, x) = ū(t) − K(t)(x − x̄(t))`` ``(n,)``.
+    """Closed-loop control ``u(t, x) = ū(t) − K(t) φ(x, x̄(t))`` ``(n,)``.
 
     Attributes: ``nominal`` (the open-loop control ū), ``knots`` ``(G,)`` [time],
-    ``x_nominal`` ``(G, N)`` and ``gains`` ``(G, n, N)`` with their spline second
+    ``x_nominal`` ``(G, N)`` and ``gains`` ``(G, n, M)`` with their spline second
     derivatives, ``u_max`` (``None``, or a bound: every component of u clipped to
-    [−u_max, u_max], an actuator's acceleration limit). Build it with :func:`tvlqr`.
+    [−u_max, u_max], an actuator's acceleration limit), ``versor_index`` (static; ``None``:
+    ``φ(x, x̄) = x − x̄``, ``M = N``; an index: the geometric error of
+    :func:`state_error`, ``M = N − 1``), ``wrap`` (static; indices of 2π-periodic angles
+    whose error is wrapped, :func:`state_error`). Build it with :func:`tvlqr`.
     Beyond the knots x̄ and K are held constant.
     Kink times: those of ``nominal``.
     """
@@ -109,6 +230,8 @@ class TVLQRControl(AbstractControl):
     gains: Float[Array, "G n N"]
     gains_second: Float[Array, "G n N"]
     u_max: Float[Array, ""] | None = None
+    versor_index: int | None = eqx.field(static=True, default=None)
+    wrap: tuple[int, ...] = eqx.field(static=True, default=())
 
     def __call__(self, t, x=None):
         if x is None:
@@ -116,7 +239,7 @@ class TVLQRControl(AbstractControl):
         knots = jax.lax.stop_gradient(self.knots)
         x_bar = _spline_eval(knots, self.x_nominal, self.x_second, t)
         K = _spline_eval(knots, self.gains, self.gains_second, t)
-        u = self.nominal(t) - K @ (x - x_bar)
+        u = self.nominal(t) - K @ state_error(x, x_bar, self.versor_index, self.wrap)
         return u if self.u_max is None else jnp.clip(u, -self.u_max, self.u_max)
 
     @property
@@ -165,6 +288,7 @@ def tvlqr(
     atol: float = 1e-10,
     nominal: tuple[ArrayLike, ArrayLike] | None = None,
     u_max: float | None = None,
+    error: str = "full",
 ) -> TVLQRControl:
     """TVLQR feedback around the open-loop motion of ``model`` under ``control`` from ``x0``.
 
@@ -175,10 +299,18 @@ def tvlqr(
     re-simulated in one piece to reproduce. ``A(t), B(t)`` are the exact Jacobians along
     it; ``P`` from :func:`riccati`. Defaults: ``Q = I`` ``(N, N)``, ``R = I`` ``(n, n)``,
     ``Qf = Q``. ``u_max``: saturate the closed-loop control (see :class:`TVLQRControl`;
-    the gains are those of the unsaturated problem). Returns a :class:`TVLQRControl`.
-    Raises ``ModelError`` for weights of the wrong shape, a non-positive ``u_max``, a
-    ``nominal`` of the wrong shape, or an open-loop ``control`` that is itself
-    closed-loop.
+    the gains are those of the unsaturated problem). ``error``: ``"full"`` (default) feeds
+    back ``x − x̄`` ``(N,)``; ``"geometric"`` feeds back the error of :func:`state_error`
+    (``(N − 1,)``: the versor's four components replaced by the body-frame rotation error
+    δφ), the LQR solved for the error dynamics of :func:`error_linearisation`, ``Q``/``Qf``
+    given ``(N, N)`` (pulled back along the nominal, ``ψ_eᵀ Q ψ_e``: a unit weight ``w`` on
+    each of q0…q3 becomes ``w/4`` on each component of δφ, a zero weight a zero one) or
+    directly ``(N − 1, N − 1)``, and the errors of the rail angles of closed rails
+    (:func:`periodic_angles`) wrapped into [−π, π) (the same gains: the wrap is the identity
+    near the nominal); for a model without a versor only the wrap differs from
+    ``"full"``. Returns a :class:`TVLQRControl`. Raises ``ModelError`` for weights of the
+    wrong shape, a non-positive ``u_max``, a ``nominal`` of the wrong shape, an unknown
+    ``error``, or an open-loop ``control`` that is itself closed-loop.
     """
     from ..solve import simulate
 
@@ -187,12 +319,18 @@ def tvlqr(
     N, n = model.state_size, model.n
     if n == 0:
         raise ModelError("tvlqr needs a model with moving masses (the inputs are their rail accelerations)")
+    if error not in ("full", "geometric"):
+        raise ModelError(f"error must be 'full' or 'geometric'; got {error!r}")
+    k = model.versor_index if error == "geometric" else None
+    M = N if k is None else N - 1
     Q = jnp.eye(N) if Q is None else jnp.asarray(Q, dtype=jnp.float64)
     R = jnp.eye(n) if R is None else jnp.asarray(R, dtype=jnp.float64)
     Qf = Q if Qf is None else jnp.asarray(Qf, dtype=jnp.float64)
-    for name, M, shape in (("Q", Q, (N, N)), ("R", R, (n, n)), ("Qf", Qf, (N, N))):
-        if M.shape != shape:
-            raise ModelError(f"'{name}' must have shape {shape}; got {M.shape}")
+    for name, W in (("Q", Q), ("Qf", Qf)):
+        if W.shape not in ((N, N), (M, M)):
+            raise ModelError(f"'{name}' must have shape {(N, N)}" + ("" if M == N else f" or {(M, M)}") + f"; got {W.shape}")
+    if R.shape != (n, n):
+        raise ModelError(f"'R' must have shape {(n, n)}; got {R.shape}")
     if nominal is None:
         sol = simulate(model, control, x0, t_span, n_save=n_grid, rtol=rtol, atol=atol)
         knots, xs = np.asarray(sol.ts), jnp.asarray(sol.xs)
@@ -206,13 +344,28 @@ def tvlqr(
     x_second = _spline_second_derivatives(knots, xs)
     kj = jnp.asarray(knots)
 
-    @jax.jit
-    def AB(t):
-        x_bar = _spline_eval(kj, xs, x_second, t)
-        return linearisation(model, control, t, x_bar)
+    def x_bar_at(t):
+        return _spline_eval(kj, xs, x_second, t)
 
-    P = riccati(lambda t: AB(t)[0], lambda t: AB(t)[1], Q, R, Qf, knots)
-    Bs = jax.vmap(lambda t, x: linearisation(model, control, t, x)[1])(kj, xs)  # (G, N, n)
+    def pulled_back(W, x_bar):
+        """ψ_eᵀ W ψ_e at e = 0 for an (N, N) weight; an (M, M) weight as given."""
+        if W.shape == (M, M):
+            return W
+        F = jax.jacfwd(lambda e: state_retract(x_bar, e, k))(jnp.zeros(M))  # (N, M)
+        return F.T @ W @ F
+
+    if k is None:
+        def lin(t, x_bar):
+            return linearisation(model, control, t, x_bar)
+    else:
+        def lin(t, x_bar):
+            return error_linearisation(model, control, t, x_bar, k)
+
+    AB = jax.jit(lambda t: lin(t, x_bar_at(t)))
+    Q_e = Q if k is None else jax.jit(lambda t: pulled_back(Q, x_bar_at(t)))
+    Qf_e = Qf if k is None else pulled_back(Qf, xs[-1])
+    P = riccati(lambda t: AB(t)[0], lambda t: AB(t)[1], Q_e, R, Qf_e, knots)
+    Bs = jax.vmap(lambda t, x: lin(t, x)[1])(kj, xs)  # (G, M, n)
     gains = jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
     if u_max is not None:
         u_max = float(u_max)
@@ -221,5 +374,6 @@ def tvlqr(
         u_max = jnp.asarray(u_max)
     return TVLQRControl(
         nominal=control, knots=kj, x_nominal=xs, x_second=x_second,
-        gains=gains, gains_second=_spline_second_derivatives(knots, gains), u_max=u_max,
+        gains=gains, gains_second=_spline_second_derivatives(knots, gains), u_max=u_max, versor_index=k,
+        wrap=periodic_angles(model) if error == "geometric" else (),
     )

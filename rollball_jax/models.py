@@ -84,6 +84,18 @@ def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
         )
 
 
+def _shell_scalars(m0, radius, g):
+    """``(m0, radius, g)`` as float64 scalars of the shell (ball or disk); raises
+    ``ModelError`` for a non-positive m0 or radius or a non-finite g."""
+    m0, radius, g = _scalar(m0, "m0"), _scalar(radius, "radius"), _scalar(g, "g")
+    _positive(m0, "m0")
+    _positive(radius, "radius")
+    g_ = concrete(g)
+    if g_ is not None and not np.isfinite(g_):
+        raise ModelError("'g' must be finite")
+    return m0, radius, g
+
+
 class AbstractModel(eqx.Module):
     """Interface shared by every simulated system (ball, disk, rigid bodies).
 
@@ -239,9 +251,7 @@ class Ball(AbstractModel):
         force: AbstractForce | None = None,
     ):
         checks.require_x64("Ball")
-        self.m0 = _scalar(m0, "m0")
-        self.radius = _scalar(radius, "radius")
-        self.g = _scalar(g, "g")
+        self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
         self.inertia = jnp.asarray(inertia, dtype=jnp.float64)
         if self.inertia.shape != (3,):
             raise ModelError(f"'inertia' must be (d1, d2, d3), shape (3,); got {self.inertia.shape}")
@@ -249,8 +259,6 @@ class Ball(AbstractModel):
         if self.chi0.shape != (3,):
             raise ModelError(f"'chi0' must have shape (3,); got {self.chi0.shape}")
         self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
-        _positive(self.m0, "m0")
-        _positive(self.radius, "radius")
         _positive(self.inertia, "inertia")
         d = concrete(self.inertia)
         if d is not None:
@@ -260,9 +268,6 @@ class Ball(AbstractModel):
                     raise ModelError(
                         f"'inertia' {d.tolist()} violates the triangle inequality d{i + 1} <= d{j + 1} + d{k + 1}"
                     )
-        g_ = concrete(self.g)
-        if g_ is not None and not np.isfinite(g_):
-            raise ModelError("'g' must be finite")
         _check_rails_inside(self.rails, self.radius, self.chi0)
 
     @property
@@ -393,10 +398,8 @@ class Disk(AbstractModel):
         force: AbstractForce | None = None,
     ):
         checks.require_x64("Disk")
-        self.m0 = _scalar(m0, "m0")
-        self.radius = _scalar(radius, "radius")
+        self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
         self.d2 = _scalar(d2, "d2")
-        self.g = _scalar(g, "g")
         chi0 = jnp.asarray(chi0, dtype=jnp.float64)
         if chi0.shape == (2,):
             chi0 = jnp.stack([chi0[0], 0.0 * chi0[0], chi0[1]])
@@ -407,12 +410,7 @@ class Disk(AbstractModel):
             raise ModelError("'chi0' of a disk must lie in the x–z plane (χ0_y = 0)")
         self.chi0 = chi0
         self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
-        _positive(self.m0, "m0")
-        _positive(self.radius, "radius")
         _positive(self.d2, "d2")
-        g_ = concrete(self.g)
-        if g_ is not None and not np.isfinite(g_):
-            raise ModelError("'g' must be finite")
         _check_rails_inside(self.rails, self.radius, self.chi0)
         self._check_planar()
 

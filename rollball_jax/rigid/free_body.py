@@ -10,6 +10,7 @@ q the versor of Λ (body → spatial, scalar first, 2.15), Ω the body angular v
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
@@ -23,7 +24,41 @@ def euler_rhs(inertia: Float[Array, "3"], omega: Float[Array, "3"]) -> Float[Arr
     return jnp.cross(inertia * omega, omega)
 
 
-class FreeRigidBody(AbstractModel):
+class AbstractVersorBody(AbstractModel):
+    """A rigid body whose state is x = [q, Ω] ``(7,)``: the versor (body → spatial, 2.15)
+    and the body angular velocity. Shares the state layout, labels, ``initial_state`` and
+    the kinematic observables; subclasses give ``inertia`` ``(3,)`` and the vector field."""
+
+    inertia: eqx.AbstractVar[Float[Array, "3"]]
+
+    @property
+    def state_size(self) -> int:
+        return 7
+
+    def state_labels(self) -> list[str]:
+        return _common.orientation_labels() + ["Omega1", "Omega2", "Omega3"]
+
+    def initial_state(self, q: ArrayLike = _common.IDENTITY_VERSOR, Omega: ArrayLike = (0.0, 0.0, 0.0)) -> Float[Array, "7"]:
+        """x = [q, Ω]; ``q`` must be a unit quaternion (``ModelError`` otherwise)."""
+        return jnp.concatenate([_common.versor(q), _common.vector(Omega, "Omega")])
+
+    def _rotation_observables(self, x) -> dict[str, Array]:
+        """``orientation`` Λ(q) (q as given), ``omega_body`` Ω, ``omega_spatial`` ΛΩ,
+        ``momentum_body`` 𝕀Ω, ``energy`` ½⟨𝕀Ω, Ω⟩, ``versor_norm`` |q|."""
+        q, omega = x[:4], x[4:7]
+        lam = rotation_matrix(q)
+        pi = self.inertia * omega
+        return {
+            "orientation": lam,
+            "omega_body": omega,
+            "omega_spatial": lam @ omega,
+            "momentum_body": pi,
+            "energy": 0.5 * jnp.dot(pi, omega),
+            "versor_norm": jnp.linalg.norm(q),
+        }
+
+
+class FreeRigidBody(AbstractVersorBody):
     """Free rigid body, Euler–Poincaré form (Putkaradze & Rogers, eqs. A.10–A.12).
 
     Attributes
@@ -43,17 +78,6 @@ class FreeRigidBody(AbstractModel):
     def __init__(self, inertia: ArrayLike):
         self.inertia = _common.principal_moments(inertia)
 
-    @property
-    def state_size(self) -> int:
-        return 7
-
-    def state_labels(self) -> list[str]:
-        return _common.orientation_labels() + ["Omega1", "Omega2", "Omega3"]
-
-    def initial_state(self, q: ArrayLike = _common.IDENTITY_VERSOR, Omega: ArrayLike = (0.0, 0.0, 0.0)) -> Float[Array, "7"]:
-        """x = [q, Ω]; ``q`` must be a unit quaternion (``ModelError`` otherwise)."""
-        return jnp.concatenate([_common.versor(q), _common.vector(Omega, "Omega")])
-
     def vector_field(self, t, x, control=None):
         """ẋ = [½ q Ω♯ (2.21), 𝕀⁻¹((𝕀Ω) × Ω) (A.11)]; ``t`` and ``control`` are unused."""
         q, omega = x[:4], x[4:7]
@@ -67,16 +91,6 @@ class FreeRigidBody(AbstractModel):
         ``omega_spatial`` (3,) ΛΩ, ``momentum_body`` (3,) Π = 𝕀Ω, ``momentum_spatial`` (3,)
         ΛΠ (A.12), ``casimir`` () |Π|², ``energy`` () ½⟨Π, Ω⟩, ``versor_norm`` () |q|.
         """
-        q, omega = x[:4], x[4:7]
-        lam = rotation_matrix(q)
-        pi = self.inertia * omega
-        return {
-            "orientation": lam,
-            "omega_body": omega,
-            "omega_spatial": lam @ omega,
-            "momentum_body": pi,
-            "momentum_spatial": lam @ pi,
-            "casimir": jnp.dot(pi, pi),
-            "energy": 0.5 * jnp.dot(pi, omega),
-            "versor_norm": jnp.linalg.norm(q),
-        }
+        obs = self._rotation_observables(x)
+        pi = obs["momentum_body"]
+        return obs | {"momentum_spatial": obs["orientation"] @ pi, "casimir": jnp.dot(pi, pi)}

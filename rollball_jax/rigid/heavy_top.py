@@ -16,12 +16,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..geometry import rotation_matrix
-from ..models import AbstractModel
 from . import _common
-from .free_body import euler_rhs
+from .free_body import AbstractVersorBody, euler_rhs
 
 
-class HeavyTop(AbstractModel):
+class HeavyTop(AbstractVersorBody):
     """Heavy top (Putkaradze & Rogers, eqs. A.13–A.16, A.31).
 
     Attributes
@@ -58,17 +57,6 @@ class HeavyTop(AbstractModel):
         d1, d3, length = (jnp.asarray(v, dtype=jnp.float64) for v in (d1, d3, length))
         return cls(mass, jnp.stack([d1, d1, d3]), jnp.stack([0.0 * length, 0.0 * length, length]), g)
 
-    @property
-    def state_size(self) -> int:
-        return 7
-
-    def state_labels(self) -> list[str]:
-        return _common.orientation_labels() + ["Omega1", "Omega2", "Omega3"]
-
-    def initial_state(self, q: ArrayLike = _common.IDENTITY_VERSOR, Omega: ArrayLike = (0.0, 0.0, 0.0)) -> Float[Array, "7"]:
-        """x = [q, Ω]; ``q`` must be a unit quaternion (``ModelError`` otherwise)."""
-        return jnp.concatenate([_common.versor(q), _common.vector(Omega, "Omega")])
-
     def vector_field(self, t, x, control=None):
         """ẋ = [½ q Ω♯ (2.21), 𝕀⁻¹((𝕀Ω) × Ω + m g Γ × χ) (A.16)]; Γ = Λ(q)ᵀe3 (A.13)."""
         q, omega = x[:4], x[4:7]
@@ -85,20 +73,14 @@ class HeavyTop(AbstractModel):
         ΛΠ, ``pi_gamma`` () ⟨Π, Γ⟩, ``gamma_norm2`` () |Γ|², ``energy`` ()
         ½⟨Π, Ω⟩ + m g⟨χ, Γ⟩, ``cm_spatial`` (3,) Λχ (pivot at the origin), ``versor_norm`` ().
         """
-        q, omega = x[:4], x[4:7]
-        lam = rotation_matrix(q)
+        obs = self._rotation_observables(x)
+        lam, pi = obs["orientation"], obs["momentum_body"]
         gamma = lam[2]
-        pi = self.inertia * omega
-        return {
-            "orientation": lam,
-            "omega_body": omega,
-            "omega_spatial": lam @ omega,
+        return obs | {
             "gamma": gamma,
-            "momentum_body": pi,
             "momentum_spatial": lam @ pi,
             "pi_gamma": jnp.dot(pi, gamma),
             "gamma_norm2": jnp.dot(gamma, gamma),
-            "energy": 0.5 * jnp.dot(pi, omega) + self.mass * self.g * jnp.dot(self.chi, gamma),
+            "energy": obs["energy"] + self.mass * self.g * jnp.dot(self.chi, gamma),
             "cm_spatial": lam @ self.chi,
-            "versor_norm": jnp.linalg.norm(q),
         }

@@ -29,10 +29,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from ..errors import ModelError, concrete
-from ..geometry import rotation_matrix
-from ..models import AbstractModel
 from . import _common
-from .free_body import euler_rhs
+from .free_body import AbstractVersorBody, euler_rhs
 
 
 class AbstractConstraintVector(eqx.Module):
@@ -79,7 +77,7 @@ def _as_vector(xi) -> AbstractConstraintVector:
     return ConstantVector(xi)
 
 
-class Suslov(AbstractModel):
+class Suslov(AbstractVersorBody):
     """Suslov's nonholonomic rigid body (Putkaradze & Rogers, eq. A.38).
 
     Attributes
@@ -106,13 +104,6 @@ class Suslov(AbstractModel):
             x0 = None
         if x0 is not None and not np.linalg.norm(x0) > 0:
             raise ModelError("ξ(0) must be a non-zero vector")
-
-    @property
-    def state_size(self) -> int:
-        return 7
-
-    def state_labels(self) -> list[str]:
-        return _common.orientation_labels() + ["Omega1", "Omega2", "Omega3"]
 
     def initial_state(
         self, q: ArrayLike = _common.IDENTITY_VERSOR, Omega: ArrayLike = (0.0, 0.0, 0.0), t0: float = 0.0,
@@ -164,17 +155,7 @@ class Suslov(AbstractModel):
         Keys: ``orientation`` (3, 3), ``omega_body`` (3,), ``omega_spatial`` (3,),
         ``momentum_body`` (3,) 𝕀Ω, ``energy`` () ½⟨𝕀Ω, Ω⟩, ``versor_norm`` ().
         """
-        q, omega = x[:4], x[4:7]
-        lam = rotation_matrix(q)
-        pi = self.inertia * omega
-        return {
-            "orientation": lam,
-            "omega_body": omega,
-            "omega_spatial": lam @ omega,
-            "momentum_body": pi,
-            "energy": 0.5 * jnp.dot(pi, omega),
-            "versor_norm": jnp.linalg.norm(q),
-        }
+        return self._rotation_observables(x)
 
 
 @eqx.filter_jit

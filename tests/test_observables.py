@@ -107,3 +107,15 @@ def test_energy_and_helpers_from_spatial_velocities(seed):
     np.testing.assert_allclose(rb.observables.system_cm_body(ball, x), obs["cm_body"], atol=TOL)
     np.testing.assert_allclose(rb.observables.mass_positions_body(ball, x), obs["masses_body"], atol=TOL)
     np.testing.assert_allclose(obs["energy"], rb.observables.energy(ball, x), atol=TOL)
+
+
+def test_disk_default_context_is_the_origin():
+    """Without a context the disk's GC is z = −r(φ − 0) (5.41 with z_a = φ_a = 0), in every
+    helper; a given context shifts it by z_a + r φ_a."""
+    disk = rb.Disk(1.2, 0.8, 0.9, (0.02, -0.1), 1.0, [0.8], [rb.CircleRail(0.5)])
+    x = jnp.asarray(disk.initial_state(theta=[0.4], phi=0.7, phi_dot=-0.4))
+    gc = np.array([-0.8 * 0.7, 0.0, 0.0])
+    np.testing.assert_allclose(rb.observables.observables(disk, x)["gc"], gc, atol=TOL)
+    np.testing.assert_allclose(rb.observables.to_spatial(disk, x, jnp.zeros(3)), gc, atol=TOL)
+    shifted = rb.observables.observables(disk, x, z_a=1.5, phi_a=0.2)["gc"]
+    np.testing.assert_allclose(shifted, gc + np.array([1.5 + 0.8 * 0.2, 0.0, 0.0]), atol=TOL)

@@ -35,7 +35,6 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .controls import AbstractControl
 from .dynamics.ball import _all_masses
-from .models import Ball, Disk
 from .observables import Kinematics
 
 __all__ = [
@@ -81,15 +80,6 @@ def cm_acceleration_jvp(model, control: AbstractControl, t, x, context: dict | N
     return jax.jvp(velocity, (t, x), (jnp.ones_like(t), f))[1]
 
 
-def _omega_dot(model, x, f):
-    """Ω̇ (body frame) from the vector field's output ``f``: κ of (7.4), or −φ̈ e2 for the disk (5.30)."""
-    n = model.n
-    if isinstance(model, Ball):
-        return f[2 * n + 4 : 2 * n + 7]
-    phi_ddot = f[2 * n + 1]
-    return jnp.stack([0.0 * phi_ddot, -phi_ddot, 0.0 * phi_ddot])
-
-
 def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None = None) -> Float[Array, "3"]:
     """z̈_cm, the acceleration of the total system CM in the spatial frame ``(3,)``.
 
@@ -103,7 +93,7 @@ def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None 
     constraint gives z̈_GC = r (ω̇ × e3) with ω̇ = d(ΛΩ)/dt = Λ Ω̇. Other models fall back to
     :func:`cm_acceleration_jvp`.
     """
-    if not isinstance(model, (Ball, Disk)):
+    if not hasattr(model, "body_angular_acceleration"):
         return cm_acceleration_jvp(model, control, t, x, context)
     context = {} if context is None else context
     t = jnp.asarray(t, dtype=jnp.float64)
@@ -112,7 +102,7 @@ def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None 
     f = model.vector_field(t, x, control)
     k = Kinematics(model, x, **context)
     lam, omega = k.orientation, k.omega
-    omega_dot = _omega_dot(model, x, f)
+    omega_dot = model.body_angular_acceleration(x, f)
     u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
     m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, k.theta, k.theta_dot, u)
     zeta_dot = td[:, None] * dzeta

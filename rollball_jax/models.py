@@ -339,6 +339,11 @@ class Ball(AbstractModel):
         """``(d1, d2, d3)``: principal moments of m0 about its CM, body axes (as in the kinetic energy)."""
         return self.inertia
 
+    def body_angular_acceleration(self, x, f) -> Float[Array, "3"]:
+        """Ω̇ ``(3,)`` (body frame) from the vector field's output ``f = ẋ``: κ of (7.4)."""
+        n = self.n
+        return f[2 * n + 4 : 2 * n + 7]
+
     def check_state(self, x, name: str = "x0", outside=None) -> None:
         """The versor q = x[2n:2n+4] must have unit length (to within ``checks.VERSOR_TOL``);
         every mass strictly inside the shell."""
@@ -478,6 +483,11 @@ class Disk(AbstractModel):
     def rotational_inertia(self) -> Float[Array, "3"]:
         """``(0, d2, 0)``: the disk turns about E2 only; d2 is m0's polar moment about its CM."""
         return jnp.array([0.0, 1.0, 0.0]) * self.d2
+
+    def body_angular_acceleration(self, x, f) -> Float[Array, "3"]:
+        """Ω̇ = −φ̈ e2 ``(3,)`` (5.30) from the vector field's output ``f = ẋ``."""
+        phi_ddot = f[2 * self.n + 1]
+        return jnp.stack([0.0 * phi_ddot, -phi_ddot, 0.0 * phi_ddot])
 
     def observable_context(self, x0, z_a=0.0, **kwargs):
         """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rollball_jax import design as dz
-from rollball_jax.config import load_config
+from rollball_jax.app.config import load_config
 from rollball_jax.contact import total_mass
 from rollball_jax.design.report import print_summary, run_experiment, write_json
 

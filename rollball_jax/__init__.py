@@ -54,16 +54,19 @@ import importlib as _importlib
 
 #: Submodules imported on first use (``rb.batch.simulate_batch(...)`` works without an
 #: explicit ``import rollball_jax.batch``), so that ``import rollball_jax`` stays light.
-_LAZY_SUBMODULES = ("batch", "sweep", "config", "output", "plotting", "design", "sweep_plots", "checks", "discrete_adjoint")
+_LAZY_SUBMODULES = ("batch", "design", "checks", "discrete_adjoint", "app")
+#: The application layer (config files, sweeps, result files, plots, CLI) lives in
+#: ``rollball_jax.app``; ``rb.config``, ``rb.sweep``, ... reach it as before.
+_APP_MODULES = ("sweep", "config", "output", "plotting", "sweep_plots")
 
 
 def __getattr__(name):
-    if name in _LAZY_SUBMODULES:
-        module = _importlib.import_module(f".{name}", __name__)
+    if name in _LAZY_SUBMODULES or name in _APP_MODULES:
+        module = _importlib.import_module(f".app.{name}" if name in _APP_MODULES else f".{name}", __name__)
         globals()[name] = module
         return module
     raise AttributeError(f"module 'rollball_jax' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES) | set(_APP_MODULES))

@@ -16,8 +16,8 @@ import xarray as xr
 from typer.testing import CliRunner
 
 import rollball_jax
-from rollball_jax.cli import app
-from rollball_jax.config import example_text
+from rollball_jax.app.cli import app
+from rollball_jax.app.config import example_text
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "paper_examples.json"
 FIGURES = ("paths_body.png", "paths_spatial.png", "gc_path.png", "time_series.png")
@@ -148,7 +148,7 @@ def test_help_texts():
 def _config_error(tmp_path, edit):
     mapping = tomllib.loads(example_text("paper-ball"))
     edit(mapping)
-    from rollball_jax.config import dump_toml
+    from rollball_jax.app.config import dump_toml
 
     path = tmp_path / "bad.toml"
     path.write_text(dump_toml(mapping))

@@ -1,4 +1,4 @@
-"""Config files → model/control/state (rollball_jax.config): shipped examples, formats, errors.
+"""Config files → model/control/state (rollball_jax.app.config): shipped examples, formats, errors.
 
 Errors must be ConfigError whose message starts with the full key path of the culprit.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
-from rollball_jax.config import (
+from rollball_jax.app.config import (
     DEFAULT_N_SAVE,
     SOLVERS,
     build_from_mapping,

@@ -149,7 +149,7 @@ def test_saturated_feedback_clips_every_component(inverted_disk):
 # geometric error coordinates (error="geometric")
 # --------------------------------------------------------------------------------------
 
-from rollball_jax.config import load_config  # noqa: E402
+from rollball_jax.app.config import load_config  # noqa: E402
 from rollball_jax.design import feedback as fb  # noqa: E402
 from rollball_jax.geometry import hat, quat_multiply  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Sweeps (rollball_jax.sweep, ``rollball sweep``/``plot-sweep``): sweep files, member
+"""Sweeps (rollball_jax.app.sweep, ``rollball sweep``/``plot-sweep``): sweep files, member
 tables, the Zarr results store, resuming after a kill, Dask execution.
 
 "Identical" below means bit for bit: a resumed or distributed sweep computes the same
@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rollball_jax import batch as bt
-from rollball_jax.cli import app
-from rollball_jax.sweep import (
+from rollball_jax.app.cli import app
+from rollball_jax.app.sweep import (
     SweepError,
     coord_name,
     load_sweep_spec,
@@ -178,7 +178,7 @@ def test_results_store(reference, spec_file):
     assert np.all(np.isnan(ds["distance"].values[4:])) and np.all(ds["distance"].values[:4] > 0)
     # a member equals its own single run (same solver settings; mode adaptive)
     import rollball_jax as rb
-    from rollball_jax.config import build_from_mapping
+    from rollball_jax.app.config import build_from_mapping
 
     spec = load_sweep_spec(spec_file)
     cfg = build_from_mapping(spec.member_mapping({p: v[3] for p, v in spec.table().items()}))
@@ -198,7 +198,7 @@ def test_resume_after_kill_gives_identical_results(reference, spec_file, cache_e
     """SIGKILL a CLI sweep after its first chunk is written; the same command resumes,
     does not recompute that chunk, and the results equal the uninterrupted run."""
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "rollball_jax.cli", "sweep", str(spec_file), "--out", str(out), "--no-progress", "-q"]
+    cmd = [sys.executable, "-m", "rollball_jax.app.cli", "sweep", str(spec_file), "--out", str(out), "--no-progress", "-q"]
     env = dict(cache_env, ROLLBALL_SWEEP_THROTTLE="3")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marker0 = out / "chunks" / "c000000.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .models import Ball
+from ..models import Ball
 from .output import atomic_path
 
 __all__ = ["FIGURES", "make_figures", "plot_run"]

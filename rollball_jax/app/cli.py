@@ -1,7 +1,7 @@
 """``rollball`` command line: run a TOML configuration, list and print the shipped examples.
 
-Thin by design: parse → :func:`rollball_jax.config.load_config` → ``simulate`` →
-:func:`rollball_jax.output.write_run` (+ :func:`rollball_jax.plotting.plot_run`).
+Thin by design: parse → :func:`rollball_jax.app.config.load_config` → ``simulate`` →
+:func:`rollball_jax.app.output.write_run` (+ :func:`rollball_jax.app.plotting.plot_run`).
 Invalid input (``ConfigError``, ``ModelError``) prints one line to stderr and exits
 with status 2; a failed solve (``SimulationError``) or an unwritable output exits with 1.
 """
@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import ConfigError, ModelError, SimulationError
+from ..errors import ConfigError, ModelError, SimulationError
 
 app = typer.Typer(
     name="rollball",
@@ -38,7 +38,7 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 def _version_callback(value: bool) -> None:
     if value:
-        from . import __version__
+        from .. import __version__
 
         typer.echo(f"rollball_jax {__version__}")
         raise typer.Exit()

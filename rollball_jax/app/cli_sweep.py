@@ -1,7 +1,7 @@
 """``rollball sweep`` and ``rollball plot-sweep``: run a sweep file into a results
 directory (resumable; in-process, on all local devices, or on a Dask cluster) and draw it.
 
-Registered into :data:`rollball_jax.cli.app` by :func:`register`. Exit status as for
+Registered into :data:`rollball_jax.app.cli.app` by :func:`register`. Exit status as for
 ``rollball run``: 2 invalid sweep file, 1 failed run or unwritable output, 130 interrupted
 (rerun the same command to resume).
 """
@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import ConfigError, ModelError
+from ..errors import ConfigError, ModelError
 
 EXIT_INVALID_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -48,7 +48,7 @@ def _set_host_devices(n: int) -> None:
 
     import jax
 
-    from .batch import host_device_flags
+    from ..batch import host_device_flags
 
     if jax.default_backend() != "cpu" or len(jax.devices()) == n:
         return
@@ -58,7 +58,7 @@ def _set_host_devices(n: int) -> None:
     env = dict(os.environ, XLA_FLAGS=host_device_flags(n), ROLLBALL_HOST_DEVICES_REEXEC=str(n))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "rollball_jax.cli", *sys.argv[1:]], env)
+    os.execve(sys.executable, [sys.executable, "-m", "rollball_jax.app.cli", *sys.argv[1:]], env)
 
 
 def sweep(
@@ -78,7 +78,7 @@ def sweep(
     """Run the sweep SWEEP.toml into --out: chunks of designs solved together, results in a Zarr store.
 
     Interrupted sweeps (Ctrl-C, killed process) resume with the same command and recompute
-    nothing already written. Read the results with rollball_jax.sweep.open_sweep(OUT) or
+    nothing already written. Read the results with rollball_jax.app.sweep.open_sweep(OUT) or
     xarray.open_zarr(OUT/results.zarr); draw them with `rollball plot-sweep OUT`.
     """
     if workers is not None and scheduler is not None:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from .. import __version__
 
 __all__ = [
     "TRAJECTORY_FILE",

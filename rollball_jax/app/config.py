@@ -84,13 +84,13 @@ import diffrax as dfx
 import jax
 import numpy as np
 
-from .controls import AbstractControl, ConstantControl, CubicSplineControl, PaperStep, PiecewiseLinearControl
-from .errors import ConfigError, ModelError
-from .forces import ConstantForce
-from .geometry import paper_rail_rotation
-from .models import Ball, Disk
-from .rails import AbstractRail, CircleRail, EllipseRail, FigureEightRail, SpokeRail
-from .solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, Solution, simulate
+from ..controls import AbstractControl, ConstantControl, CubicSplineControl, PaperStep, PiecewiseLinearControl
+from ..errors import ConfigError, ModelError
+from ..forces import ConstantForce
+from ..geometry import paper_rail_rotation
+from ..models import Ball, Disk
+from ..rails import AbstractRail, CircleRail, EllipseRail, FigureEightRail, SpokeRail
+from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, Solution, simulate
 
 __all__ = [
     "DEFAULT_N_SAVE",

@@ -1,7 +1,7 @@
 """Parameter sweeps: a base design plus grids and random samples, run in resumable chunks.
 
 A sweep file (TOML) names a base run configuration (the format of
-:mod:`rollball_jax.config`) and the parameters to vary; every parameter of the
+:mod:`rollball_jax.app.config`) and the parameters to vary; every parameter of the
 configuration mapping is addressable by its key path, e.g. ``masses[1].rail.radius``,
 ``model.inertia[0]``, ``model.chi0[2]``, ``control.amplitude``, ``masses[0].theta``,
 ``initial.Omega[2]``::
@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, RollballError
+from ..errors import ConfigError, RollballError
 
 try:
     import tomllib
@@ -666,7 +666,7 @@ def _solve_into(res, members, models, controls, x0s, base_cfg, spec, table, z_a=
     """Solve a padded same-structure batch and write members' results into ``res``."""
     import jax
 
-    from .batch import simulate_batch
+    from ..batch import simulate_batch
     from .config import make_solver
 
     mask = _batched_mask(spec, table) if spec.mode != "adaptive" else None
@@ -703,7 +703,7 @@ def run_chunk(out: str | os.PathLike, c: int) -> dict:
     import jax
     import xarray as xr
 
-    from .batch import STATUS_INVALID, stack
+    from ..batch import STATUS_INVALID, stack
     from .config import build_from_mapping
     from .output import write_json
 
@@ -781,7 +781,7 @@ def _init_store(out: Path, spec: SweepSpec, table: dict[str, np.ndarray]) -> Non
     import dask.array as da
     import xarray as xr
 
-    from .batch import STATUS_NAMES
+    from ..batch import STATUS_NAMES
     from .config import build_from_mapping, dump_toml
 
     base_cfg = build_from_mapping(spec.base)
@@ -804,7 +804,7 @@ def _init_store(out: Path, spec: SweepSpec, table: dict[str, np.ndarray]) -> Non
     for p, v in table.items():
         coords[coord_name(p)] = ("member", np.asarray(v, dtype=np.float64), {"path": p, "swept": "grid" if p in dict(spec.grid) else "random"})
         encoding[coord_name(p)] = {"chunks": (ch,)}
-    from . import __version__
+    from .. import __version__
 
     attrs = {
         "title": f"rollball_jax sweep {spec.name!r}",
@@ -871,7 +871,7 @@ def _prepare(out: Path, spec: SweepSpec, overwrite: bool) -> tuple[SweepSpec, di
 
 def _pilot_dt(spec: SweepSpec, table) -> float:
     """Mode fixed without run.dt: the step chosen by rollball_jax.batch on chunk 0."""
-    from .batch import simulate_batch, stack
+    from ..batch import simulate_batch, stack
     from .config import build_from_mapping, make_solver
 
     start, stop = spec.chunk_range(0)

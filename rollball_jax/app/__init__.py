@@ -1,0 +1,8 @@
+"""The application layer, apart from the physics: TOML configs (``config``), parameter
+sweeps with incremental, resumable stores (``sweep``), result files (``output``), plots
+(``plotting``, ``sweep_plots``) and the ``rollball`` command line (``cli``, ``cli_sweep``).
+
+The physics core (models, rails, controls, solves, derivatives, batches, design) does not
+import this package; ``import rollball_jax`` does not load it (``rb.config``,
+``rb.sweep``, ``rb.output``, ``rb.plotting`` load it on first use).
+"""

@@ -81,8 +81,9 @@ def finite_leaves(tree, name: str) -> None:
             raise ModelError(f"'{name}{where}' contains non-finite values: {np.asarray(v).tolist()}")
 
 
-def control(model, ctrl, name: str = "control") -> None:
-    """``ctrl`` is an :class:`~rollball_jax.controls.AbstractControl` of the model's size."""
+def control(ctrl, name: str = "control") -> None:
+    """``ctrl`` is an :class:`~rollball_jax.controls.AbstractControl` (its output size is
+    checked against the model where it is first evaluated); ``ModelError`` otherwise."""
     from .controls import AbstractControl
 
     if not isinstance(ctrl, AbstractControl):

@@ -142,7 +142,7 @@ def _check_inputs(model, control, x0, rtol, atol, max_steps) -> None:
     checks.require_x64("trajectory")
     if not isinstance(model, AbstractModel):
         raise ModelError(f"'model' must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
-    checks.control(model, control)
+    checks.control(control)
     checks.tolerance(rtol, "rtol")
     checks.tolerance(atol, "atol")
     checks.max_steps(max_steps)

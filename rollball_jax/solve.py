@@ -267,7 +267,7 @@ def simulate(
     checks.require_x64("simulate")
     if not isinstance(model, AbstractModel):
         raise ModelError(f"'model' must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
-    checks.control(model, control)
+    checks.control(control)
     x0 = checks.state(model, x0, outside=False)  # the masses-inside check runs in the compiled call
     checks.tolerance(rtol, "rtol")
     checks.tolerance(atol, "atol")
@@ -302,8 +302,7 @@ def simulate(
         t_reached = float(t_end)
         field_bad = _nonfinite_field_message(model, np.asarray(probe_ts), np.asarray(probe))
         if code == CODES["event_occurred"]:
-            model.check_trajectory(np.asarray([t_reached]), np.asarray(y_end)[None])
-            cause = "event"
+            model.check_trajectory(np.asarray([t_reached]), np.asarray(y_end)[None])  # raises naming the mass
         elif field_bad is not None:
             raise SimulationError(
                 f"solve failed at t = {t_reached:.9g} of [{t0:g}, {t1:g}]: {field_bad[1]}",

@@ -394,7 +394,7 @@ def simulate_batch(
         raise ModelError(f"x0s of member {bad} contains non-finite values")
     if not isinstance(m_t, AbstractModel):
         raise ModelError(f"'models' must be rollball_jax models (Ball, Disk, ...); got {type(m_t).__name__}")
-    checks.control(m_t, c_t, "controls")
+    checks.control(c_t, "controls")
     _check_initial_states(models, x0s, m_t)
     if ts is None:
         if t_span is None:

@@ -27,13 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-EXIT_INVALID_INPUT = 2
-EXIT_RUN_FAILED = 1
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"rollball: error: {message}", err=True)
-    return typer.Exit(code)
+from ._cli_common import EXIT_INVALID_INPUT, EXIT_RUN_FAILED, _fail  # noqa: E402,F401
 
 
 def _version_callback(value: bool) -> None:

@@ -16,14 +16,7 @@ import typer
 
 from ..errors import ConfigError, ModelError
 
-EXIT_INVALID_INPUT = 2
-EXIT_RUN_FAILED = 1
-EXIT_INTERRUPTED = 130
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"rollball: error: {message}", err=True)
-    return typer.Exit(code)
+from ._cli_common import EXIT_INTERRUPTED, EXIT_INVALID_INPUT, EXIT_RUN_FAILED, _fail  # noqa: E402,F401
 
 
 def _sweep_path(name: str) -> Path:

@@ -192,7 +192,11 @@ def error_linearisation(
     and the nominal moving by the model's own field (forward-mode autodiff; ``M = N`` or
     ``N − 1``). With ``versor_index = None`` these are :func:`linearisation`'s ``(A, B)``; with
     the ball's versor the orientation rows read ``δφ̇ = δΩ − Ω̄ × δφ``."""
-    x_bar = jnp.asarray(x_bar)
+    return _error_linearisation(model, control, jnp.asarray(t, dtype=jnp.float64), jnp.asarray(x_bar), versor_index)
+
+
+@eqx.filter_jit  # one compiled program per model structure, whatever t (an array here)
+def _error_linearisation(model, control, t, x_bar, versor_index):
     u_bar = control(t, x_bar)
 
     def f(x_, u_):
@@ -266,6 +270,11 @@ def state_weights(model: AbstractModel, default: float = 1.0, **by_label: float)
 def linearisation(model: AbstractModel, control: AbstractControl, t, x) -> tuple[Float[Array, "N N"], Float[Array, "N n"]]:
     """``(A, B) = (∂f/∂x, ∂f/∂u)`` of the model's vector field at ``(t, x, u = control(t, x))``
     (forward-mode autodiff; ``u`` = θ̈ of the masses)."""
+    return _linearisation(model, control, jnp.asarray(t, dtype=jnp.float64), jnp.asarray(x))
+
+
+@eqx.filter_jit  # one compiled program per model structure, whatever t (an array here)
+def _linearisation(model, control, t, x):
     u = control(t, x)
 
     def f(x_, u_):
@@ -363,10 +372,15 @@ def tvlqr(
 
     AB = jax.jit(lambda t: lin(t, x_bar_at(t)))
     Q_e = Q if k is None else jax.jit(lambda t: pulled_back(Q, x_bar_at(t)))
-    Qf_e = Qf if k is None else pulled_back(Qf, xs[-1])
+    Qf_e = Qf if k is None else jax.jit(pulled_back)(Qf, xs[-1])
     P = riccati(lambda t: AB(t)[0], lambda t: AB(t)[1], Q_e, R, Qf_e, knots)
-    Bs = jax.vmap(lambda t, x: lin(t, x)[1])(kj, xs)  # (G, M, n)
-    gains = jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
+
+    @jax.jit  # one program, not one eager dispatch per primitive of the Jacobian
+    def riccati_gains(P):
+        Bs = jax.vmap(lambda t, x: lin(t, x)[1])(kj, xs)  # (G, M, n)
+        return jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
+
+    gains = riccati_gains(P)
     if u_max is not None:
         u_max = float(u_max)
         if not u_max > 0 or not np.isfinite(u_max):

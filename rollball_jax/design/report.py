@@ -71,7 +71,11 @@ def _terms(cost, kind):
 
 
 def write_figures(result, verification, out_dir: str | Path, *, title: str = "", stage_ends: list[int] | None = None) -> list[Path]:
-    """Write the five figures (see module docstring) into ``out_dir``; returns their paths."""
+    """Write the five figures (see module docstring) into ``out_dir``; returns their paths.
+    Raises ``ImportError`` naming the ``app`` extra if matplotlib is not installed."""
+    from .._extras import require
+
+    require("design figures", ("matplotlib",))
     import matplotlib
 
     matplotlib.use("Agg")

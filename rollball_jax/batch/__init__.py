@@ -54,7 +54,9 @@ every core (:func:`host_device_flags`).
 
 Layout: ``_driver`` (:func:`simulate_batch`, the strategies), ``_group_rk`` (the explicit
 Runge–Kutta loops over a group axis, any right-hand side), ``_soa`` (the
-structure-of-arrays vector field), ``_sincos`` (vectorisable sin/cos), ``_result``
+structure-of-arrays vector field, self-checked at first use), ``_group_field`` (the
+same interface by ``jax.vmap`` of the member's field: the self-check's reference and the
+measured alternative, see docs/batch.md), ``_sincos`` (vectorisable sin/cos), ``_result``
 (:class:`BatchResult`, member status codes), ``_stacking`` (batches as pytrees).
 """
 

@@ -126,9 +126,24 @@ def _np_dynamic_update_slice(operand, update, *starts, **_):
 
 
 def _np_pad(operand, padding_value, *, padding_config, **_):
-    from jax._src import lax_reference
-
-    return lax_reference.pad(operand, padding_value, padding_config)
+    """``lax.pad`` on NumPy (object or numeric) arrays: per dimension ``(low, high,
+    interior)``, negative ``low``/``high`` crop."""
+    pv = padding_value[()] if isinstance(padding_value, np.ndarray) else padding_value
+    out = np.asarray(operand)
+    for d, (lo, hi, interior) in enumerate(padding_config):
+        n = out.shape[d]
+        core = n + max(n - 1, 0) * interior
+        shape = list(out.shape)
+        shape[d] = max(lo, 0) + core + max(hi, 0)
+        new = np.empty(shape, dtype=out.dtype)
+        new.fill(pv)
+        put = [slice(None)] * out.ndim
+        put[d] = slice(max(lo, 0), max(lo, 0) + core, interior + 1)
+        new[tuple(put)] = out
+        crop = [slice(None)] * out.ndim
+        crop[d] = slice(max(-lo, 0), shape[d] - max(-hi, 0))
+        out = new[tuple(crop)]
+    return out
 
 
 def _np_dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
@@ -306,7 +321,7 @@ class _Interpreter:
             return [self._elementwise(prim, params, ins, eqn.outvars[0].aval)]
         if name in _REDUCTIONS:
             return [self._reduce(_REDUCTIONS[name], params["axes"], ins[0], eqn.outvars[0].aval)]
-        if name == "dot_general":
+        if name == "dot_general" and _dot_general_size(params, eqn.invars, eqn.outvars[0].aval) <= MAX_EXPANDED_PRODUCTS:
             return [self._dot_general(params, ins, eqn.outvars[0].aval)]
         if name == "scan" and params["length"] <= 64 and not params.get("_split_transpose", False):
             return self._scan(params, ins)
@@ -455,16 +470,28 @@ class _Interpreter:
         return carry + ys
 
 
+#: A ``dot_general`` is expanded into scalar multiply-adds only up to this many products
+#: (a 3×3 matrix times a 3-vector is 9); larger ones (e.g. a spline's K×K operator) are
+#: evaluated as one batched ``dot_general`` by ``jax.vmap`` over the group instead.
+MAX_EXPANDED_PRODUCTS = 512
+
+
+def _dot_general_size(params, invars, out_aval) -> int:
+    """Number of scalar products of the expanded ``dot_general`` (output size × contraction)."""
+    (lc, _), _ = params["dimension_numbers"]
+    k = int(np.prod([invars[0].aval.shape[i] for i in lc], dtype=int))
+    return int(np.prod(out_aval.shape, dtype=int)) * k
+
+
 def _simplify(name, elems):
-    """Exact algebraic shortcuts with trace-time constants (x·1, x+0, x−0, x·0 for finite x)."""
+    """Exact algebraic shortcuts with trace-time constants (x·1, x+0, x−0). No x·0 → 0:
+    that would turn a NaN or inf x into 0 and hide a failing member."""
     if name == "mul":
         a, b = elems
         if _is_value(a, 1):
             return b
         if _is_value(b, 1):
             return a
-        if (_is_value(a, 0) and not _concrete(b)) or (_is_value(b, 0) and not _concrete(a)):
-            return a if _concrete(a) else b
     elif name == "add":
         a, b = elems
         if _is_value(a, 0):

@@ -52,23 +52,22 @@ def eval_with_sincos(jaxpr: jcore.Jaxpr, consts: Sequence, *args) -> list:
     return [read(v) for v in jaxpr.outvars]
 
 
-class GroupVectorField:
-    """The vector field of a group of ``G`` same-structure members, group axis last.
+class MemberProgram:
+    """The traced program of one member's vector field, shared by the group fields.
 
-    Built from ``model.vector_field(t, x, control)`` of one member (the template
-    ``model``/``control`` may hold arrays or ``jax.ShapeDtypeStruct`` leaves). Call
-    ``field(t, X, batched_leaves, uniform_leaves)`` with ``X`` ``(N, G)``, ``t`` a scalar
-    (shared step) or ``(G,)`` (one time per member), the leaves of ``(model, control)``
-    flagged in ``batched_mask`` in batch-last layout ``(*leaf_shape, G)`` and the others
-    (the same for every member) in their own shape; returns ``(N, G)``.
-    ``fast_trig=False`` keeps XLA's sin/cos (plain ``jax.vmap`` of the member's field).
-    """
+    From ``model.vector_field(t, x, control)`` of a template member (``model``/``control``
+    may hold arrays or ``jax.ShapeDtypeStruct`` leaves): ``treedef`` of ``(model,
+    control)``, ``batched_mask`` (one flag per array leaf: batch-last ``(*shape, G)`` if set,
+    shared otherwise), ``leaf_shapes``, ``group`` (G), ``n_state`` (N) and ``jaxpr`` (the
+    closed jaxpr of ``(t, x, *leaves) -> ẋ``). Raises ``ValueError`` for a mask of the
+    wrong length."""
 
     def __init__(self, model, control, batched_mask: Sequence[bool], group: int, *, fast_trig: bool = True):
         leaves, self.treedef = jax.tree.flatten((model, control))
         self.batched_mask = tuple(bool(b) for b in batched_mask)
         if len(self.batched_mask) != len(leaves):
             raise ValueError("batched_mask must have one entry per array leaf of (model, control)")
+        self.leaf_shapes = [tuple(np.shape(x)) for x in leaves]
         self.group = int(group)
         self.fast_trig = bool(fast_trig)
         self.n_state = int(model.state_size)
@@ -83,6 +82,17 @@ class GroupVectorField:
         leaf_avals = [jax.ShapeDtypeStruct(np.shape(x), x.dtype if hasattr(x, "dtype") else jnp.result_type(x))
                       for x in leaves]
         self.jaxpr = jax.make_jaxpr(single)(jax.ShapeDtypeStruct((), jnp.float64), x_aval, *leaf_avals)
+
+
+class GroupVectorField(MemberProgram):
+    """The vector field of a group of ``G`` same-structure members, group axis last, by
+    ``jax.vmap`` of the member's field (constructor: :class:`MemberProgram`).
+
+    Call ``field(t, X, batched_leaves, uniform_leaves)`` with ``X`` ``(N, G)``, ``t`` a
+    scalar (shared step) or ``(G,)`` (one time per member), the batched leaves in layout
+    ``(*leaf_shape, G)`` and the others in their own shape; returns ``(N, G)``.
+    ``fast_trig=False`` keeps XLA's sin/cos (plain ``jax.vmap`` of the member's field).
+    """
 
     def member(self, t, x, *leaves):
         """The field of one member ``(N,)`` (with the sin/cos substitution if ``fast_trig``)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -11,6 +11,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
+from ._group_field import MemberProgram
 from ._sincos import sincos
 
 
@@ -504,36 +505,17 @@ def _simplify(name, elems):
     return None
 
 
-class SoAVectorField:
+class SoAVectorField(MemberProgram):
     """The vector field of a batch of same-structure models in structure-of-arrays form.
 
-    Built from the jaxpr of ``model.vector_field(t, x, control)`` for one member (the
-    template ``model``/``control`` may hold arrays or ``jax.ShapeDtypeStruct`` leaves).
-    Call ``field(t, X, batched_leaves, uniform_leaves)`` with ``X`` of shape ``(N, G)``
+    Built from the jaxpr of ``model.vector_field(t, x, control)`` for one member
+    (constructor: :class:`~._group_field.MemberProgram`). Call
+    ``field(t, X, batched_leaves, uniform_leaves)`` with ``X`` of shape ``(N, G)``
     (state components × group members), the leaves of ``(model, control)`` flagged in
     ``batched_mask`` in batch-last layout ``(*leaf_shape, G)`` and the others (the same
-    for every member) in their own shape; returns ``(N, G)``. ``t`` is a scalar shared
-    by the group.
+    for every member) in their own shape; returns ``(N, G)``. ``t``: a scalar shared by
+    the group or ``(G,)``, one time per member (lockstep).
     """
-
-    def __init__(self, model, control, batched_mask: Sequence[bool], group: int, *, fast_trig: bool = True):
-        leaves, self.treedef = jax.tree.flatten((model, control))
-        self.batched_mask = tuple(bool(b) for b in batched_mask)
-        if len(self.batched_mask) != len(leaves):
-            raise ValueError("batched_mask must have one entry per array leaf of (model, control)")
-        self.leaf_shapes = [tuple(np.shape(x)) for x in leaves]
-        self.group = int(group)
-        self.fast_trig = fast_trig
-        self.n_state = int(model.state_size)
-        treedef = self.treedef
-
-        def single(t, x, *lv):
-            m, c = jax.tree.unflatten(treedef, lv)
-            return m.vector_field(t, x, c)
-
-        x_aval = jax.ShapeDtypeStruct((self.n_state,), jnp.float64)
-        leaf_avals = [jax.ShapeDtypeStruct(np.shape(x), x.dtype if hasattr(x, "dtype") else jnp.result_type(x)) for x in leaves]
-        self.single = jax.make_jaxpr(single)(jax.ShapeDtypeStruct((), jnp.float64), x_aval, *leaf_avals)
 
     def __call__(self, t, X, bleaves, uleaves):
         it = _Interpreter(self.group, self.fast_trig)
@@ -550,5 +532,5 @@ class SoAVectorField:
             for idx in np.ndindex(shape):
                 o[idx] = arr[idx]
             args.append(o)
-        (out,) = it.eval_jaxpr(self.single.jaxpr, self.single.consts, args)
+        (out,) = it.eval_jaxpr(self.jaxpr.jaxpr, self.jaxpr.consts, args)
         return jnp.stack([it._lift(e, jnp.float64, True) for e in out.flat])

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import sys
 
-from ._extras import missing, require
+from ._extras import require
 
 
 def main() -> None:
-    if missing():
-        try:
-            require("the rollball command")
-        except ImportError as e:
-            print(f"error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
+    try:
+        require("the rollball command")
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     from .app.cli import app
 
     app()

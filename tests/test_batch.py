@@ -321,6 +321,7 @@ def test_soa_pad_matches_lax_pad():
     from rollball_jax.batch._soa import _np_pad
 
     gen = np.random.default_rng(22)
+    compared = 0
     for _ in range(20):
         shape = tuple(int(s) for s in gen.integers(1, 5, size=2))
         cfg = [(int(gen.integers(-1, 3)), int(gen.integers(-1, 3)), int(gen.integers(0, 3))) for _ in shape]
@@ -329,6 +330,8 @@ def test_soa_pad_matches_lax_pad():
         a = gen.normal(size=shape)
         np.testing.assert_array_equal(_np_pad(a, np.float64(7.0), padding_config=cfg),
                                       np.asarray(jax.lax.pad(jnp.asarray(a), 7.0, cfg)))
+        compared += 1
+    assert compared >= 15  # 19 of the 20 drawn configurations are valid (16 with interior, 15 with a crop)
 
 
 def test_soa_self_check_at_first_use_catches_a_wrong_field(monkeypatch):

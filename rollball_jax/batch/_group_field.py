@@ -4,8 +4,10 @@ field, with float64 sin/cos evaluated by the vectorisable polynomial :func:`~._s
 Why the substitution: XLA's float64 sin/cos on the CPU are scalar libm calls (~17 ns each),
 which keep the vmapped field from vectorising; the polynomial costs ~2 ns. Everything else
 is JAX's own batching of the member's program (NaN propagation, every primitive, every
-model/rail/control). Measured against the structure-of-arrays interpreter that this
-replaces: ``benchmarks/bench_soa_decision.py`` and ``docs/batch.md``.
+model/rail/control). The batch modes use the structure-of-arrays interpreter
+(``_soa.py``), measured 1.7–1.8× faster than this (``benchmarks/bench_soa_decision.py``,
+``docs/batch.md``); :class:`GroupVectorField` with ``fast_trig=False`` is the reference
+of the interpreter's self-check at first use.
 """
 
 from __future__ import annotations

@@ -192,7 +192,8 @@ def error_linearisation(
     and the nominal moving by the model's own field (forward-mode autodiff; ``M = N`` or
     ``N − 1``). With ``versor_index = None`` these are :func:`linearisation`'s ``(A, B)``; with
     the ball's versor the orientation rows read ``δφ̇ = δΩ − Ω̄ × δφ``."""
-    return _error_linearisation(model, control, jnp.asarray(t, dtype=jnp.float64), jnp.asarray(x_bar), versor_index)
+    k = None if versor_index is None else int(versor_index)  # static: a NumPy integer would be traced
+    return _error_linearisation(model, control, jnp.asarray(t, dtype=jnp.float64), jnp.asarray(x_bar), k)
 
 
 @eqx.filter_jit  # one compiled program per model structure, whatever t (an array here)

@@ -125,12 +125,15 @@ def _peak_rss():
 
 def run_batch(mode, B, group_size, dt=None, repeats=3, budget=3.0):
     models, control, x0s, _ = problem(B)
-    kw = dict(ts=TS, control_axis=None, mode=mode, rtol=TOL, atol=TOL, group_size=group_size, dt=dt)
+    options = {} if mode == "adaptive" else {"group_size": group_size}
+    if mode == "fixed":
+        options["dt"] = dt
+    kw = dict(ts=TS, control_axis=None, strategy=bt.strategy_from_name(mode, **options), rtol=TOL, atol=TOL)
     t = time.perf_counter()
     res = bt.simulate_batch(models, control, x0s, (T0, T1), **kw)
     first = time.perf_counter() - t
     if mode == "fixed":
-        kw["dt"] = res.dt
+        kw["strategy"] = bt.Fixed(dt=res.dt, group_size=group_size)
     before = _rss_now_and_reset()  # after compilation: the memory of a solve
     times = []
     for _ in range(repeats):
@@ -213,8 +216,8 @@ def main(argv=None):
     fixed_dt = None
     if "fixed" in modes:  # one step for all sizes: pilot on 256 members
         pm, pc, px, _ = problem(256)
-        fixed_dt = bt.simulate_batch(pm, pc, px, (T0, T1), ts=TS, control_axis=None, mode="fixed", rtol=TOL, atol=TOL,
-                                     group_size=args.group_size, refine=False).dt
+        fixed_dt = bt.simulate_batch(pm, pc, px, (T0, T1), ts=TS, control_axis=None, rtol=TOL, atol=TOL,
+                                     strategy=bt.Fixed(group_size=args.group_size, refine=False)).dt
         print(f"mode fixed: dt = {fixed_dt:.6g} chosen by the pilot on 256 members (embedded estimate <= 1)")
     for mode in modes:
         for B in sizes:

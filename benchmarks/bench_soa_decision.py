@@ -5,7 +5,7 @@ members with ``rollball_jax.batch._soa.SoAVectorField``: the member's jaxpr re-e
 with every scalar replaced by a vector over the group, sin/cos replaced by the
 vectorisable polynomial ``sincos``. The alternative is ``jax.vmap`` of the member's vector
 field, with or without the same sin/cos substitution. This script runs the *same* group
-Runge–Kutta loop (``simulate_batch(mode="lockstep")``) with each of the three right-hand
+Runge–Kutta loop (``simulate_batch(strategy=Lockstep(...))``) with each of the three right-hand
 sides, on bench_batch.py's problem (perturbed paper ball, u of (7.11), t ∈ [0, 20], tol
 1e-8, Dopri8, B = 4096 by default), side by side in one run, and prints the throughput,
 the first-call time and the largest difference from the interpreter's result.
@@ -56,7 +56,7 @@ def run(field: str, B: int, group: int, repeats: int = 3):
     _driver.SoAVectorField = FIELDS[field]
     _driver._soa_fn.cache_clear()
     models, control, x0s, _ = problem(B)
-    kw = dict(ts=TS, control_axis=None, mode="lockstep", rtol=TOL, atol=TOL, group_size=group)
+    kw = dict(ts=TS, control_axis=None, strategy=bt.Lockstep(group_size=group), rtol=TOL, atol=TOL)
     t = time.perf_counter()
     res = bt.simulate_batch(models, control, x0s, (T0, T1), **kw)
     first = time.perf_counter() - t

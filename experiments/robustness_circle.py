@@ -2,8 +2,8 @@
 
 The (b′) design (``design_circle_tracking.py``: the paper's ball from its CM-above-GC
 initial state tracks the circle of radius 2 in T = 40) is run on ``MEMBERS`` = 200
-perturbed robots in **one batch** (``rollball_jax.batch.simulate_batch``, mode
-``adaptive``): every mass (m0 and the three point masses), every principal moment of
+perturbed robots in **one batch** (``rollball_jax.batch.simulate_batch``, strategy
+``Adaptive()``): every mass (m0 and the three point masses), every principal moment of
 inertia and every rail radius scaled by an independent factor uniform in [0.95, 1.05];
 the initial state off by 0.05 rad in every angle (the three rail angles and the ball's
 orientation, a rotation by (±0.05, ±0.05, ±0.05) about the body axes; random signs).

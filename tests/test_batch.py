@@ -67,7 +67,7 @@ def test_stack_member_and_structure_errors():
     # An implicit solver has a Butcher tableau too (with a diagonal): the explicit group loops refuse it.
     with pytest.raises(rb.ModelError, match="explicit Runge–Kutta.*Kvaerno5"):
         bt.simulate_batch(batched, rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN,
-                          control_axis=None, mode="lockstep", solver=dfx.Kvaerno5())
+                          control_axis=None, strategy="lockstep", solver=dfx.Kvaerno5())
 
 
 def test_adaptive_batch_equals_single_solves(batch4):
@@ -100,7 +100,7 @@ def test_failure_is_isolated_per_member(batch4):
 def lockstep4(batch4):
     models, x0s, _ = batch4
     return bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
-                             mode="lockstep", group_size=2)
+                             strategy=bt.Lockstep(group_size=2))
 
 
 def test_lockstep_and_fixed_modes_meet_the_tolerance(batch4, lockstep4):
@@ -115,7 +115,7 @@ def test_lockstep_and_fixed_modes_meet_the_tolerance(batch4, lockstep4):
     # per-member steps: the same controller as diffrax's, so nearly the same counts
     assert np.all(np.abs(lock.num_accepted_steps - ok.num_accepted_steps) <= 3)
     fixed = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
-                              mode="fixed", dt=0.02, group_size=2)
+                              strategy=bt.Fixed(dt=0.02, group_size=2))
     assert np.all(fixed.ok) and fixed.dt == 0.02 and np.all(fixed.num_steps == 100)  # 5 + 5 + 90: steps land on the kinks
     assert np.max(np.abs(fixed.ys - ok.ys) / scale) < 100
 
@@ -127,7 +127,7 @@ def test_shared_mode_and_refinement_of_a_failed_group():
     blow = lambda t, p: jnp.where(p[0] > 0, 1.0 / (1.0 - t), 0.0) * jnp.ones(3)
     ctrls = [rb.FunctionControl(blow, jnp.array([1.0 if i == 10 else 0.0])) for i in range(16)]
     kw = dict(ts=TS, rtol=1e-6, atol=1e-6, max_steps=300)
-    res = bt.simulate_batch(models, ctrls, x0s, T_SPAN, mode="shared", group_size=8, **kw)
+    res = bt.simulate_batch(models, ctrls, x0s, T_SPAN, strategy=bt.Shared(group_size=8), **kw)
     assert res.group_size == 8
     assert [i for i in range(16) if res.status[i] != 0] == [10] and res.status[10] == bt.STATUS_MAX_STEPS
     assert list(np.nonzero(res.refined)[0]) == list(range(8, 16))  # the group of member 10
@@ -172,9 +172,10 @@ from rollball_jax import batch as bt
 from test_batch import perturbed_balls, T_SPAN, TS, TOL
 models, x0s = perturbed_balls(4)
 out = {{"devices": len(jax.devices())}}
-for mode in ("adaptive", "lockstep"):
+for strategy in (bt.Adaptive(), bt.Lockstep(group_size=2)):
+    mode = strategy.name
     r = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
-                          mode=mode, group_size=2)
+                          strategy=strategy)
     out[mode] = r.ys.tolist()
     out[mode + "_devices"] = r.n_devices
 print(json.dumps(out))
@@ -214,10 +215,12 @@ def test_every_mode_matches_the_paper_reference_over_the_whole_run(paper_ball, r
     models = bt.stack([paper_ball, paper_ball])
     x0s = np.stack([np.asarray(ref["x0"])] * 2)
     steps = {}
-    for mode, kw, bound in [("adaptive", {}, 1e-8), ("lockstep", {}, 1e-8), ("shared", {}, 1e-8),
-                            ("fixed", {"dt": 0.05}, 1e-11)]:
+    for strategy, bound in [(bt.Adaptive(), 1e-8), (bt.Lockstep(group_size=2), 1e-8), (bt.Shared(group_size=2), 1e-8),
+                            (bt.Fixed(dt=0.05, group_size=2), 1e-11)]:
+        mode = strategy.name
         res = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, (0.0, 20.0), ts=ts, control_axis=None,
-                                rtol=1e-10, atol=1e-10, mode=mode, group_size=2, **kw)
+                                rtol=1e-10, atol=1e-10, strategy=strategy)
+        assert res.mode == mode and res.strategy is strategy
         assert np.all(np.asarray(res.status) == bt.STATUS_SUCCESS), mode
         err = np.abs(np.asarray(res.ys) - expected[None]).max()
         assert err <= bound, (mode, err)
@@ -341,7 +344,7 @@ def test_soa_self_check_at_first_use_catches_a_wrong_field(monkeypatch):
     from rollball_jax.batch import _driver, _soa
 
     models, x0s = perturbed_balls(8, seed=3)
-    kw = dict(mode="lockstep", rtol=1e-8, atol=1e-8, control_axis=None, group_size=8)
+    kw = dict(strategy=bt.Lockstep(group_size=8), rtol=1e-8, atol=1e-8, control_axis=None)
     calls = []
     real_check = _driver._self_check
     monkeypatch.setattr(_driver, "_SELF_CHECKED", set())
@@ -352,7 +355,7 @@ def test_soa_self_check_at_first_use_catches_a_wrong_field(monkeypatch):
     real_call = _soa.SoAVectorField.__call__
     monkeypatch.setattr(_soa.SoAVectorField, "__call__", lambda self, *a: real_call(self, *a) * (1.0 + 1e-6))
     monkeypatch.setattr(_driver, "_SELF_CHECKED", set())
-    with pytest.raises(RuntimeError, match=r"structure-of-arrays vector field differs .* mode='adaptive'"):
+    with pytest.raises(RuntimeError, match=r"structure-of-arrays vector field differs .* strategy=Adaptive\(\)"):
         bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, (0.0, 0.5), **kw)
 
 
@@ -387,3 +390,30 @@ def test_group_vector_field_equals_the_model_and_propagates_nan():
     assert "stablehlo.sine" not in hlo and "stablehlo.cosine" not in hlo
     plain = GroupVectorField(m_t, c_t, mask, 5, fast_trig=False)
     assert "stablehlo.sine" in jax.jit(lambda t, X: plain(t, X, bl, ul)).lower(ts, x[0]).as_text()
+
+
+def test_strategies_are_objects_with_their_own_options(batch4, lockstep4):
+    """A name stands for the strategy with its default options (``"lockstep"`` is
+    ``Lockstep()``: group 256 rounds to 8 here, as ``group_size=2`` does, so the results are
+    bit for bit those of the fixture); options a strategy does not have, bad values and
+    unknown names are refused with the strategy's name."""
+    models, x0s, _ = batch4
+    by_name = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, ts=TS, control_axis=None, rtol=TOL, atol=TOL,
+                                strategy="lockstep")
+    assert by_name.mode == "lockstep" and isinstance(by_name.strategy, bt.Lockstep)
+    assert by_name.strategy.group_size == 256 and by_name.group_size == 8 == lockstep4.group_size
+    np.testing.assert_array_equal(by_name.ys, lockstep4.ys)
+    assert bt.strategy_from_name("fixed", dt=0.1, group_size=None) == bt.Fixed(dt=0.1)
+    assert bt.MODES == ("adaptive", "lockstep", "shared", "fixed")
+    with pytest.raises(rb.ModelError, match="strategy 'adaptive' has no option 'group_size'"):
+        bt.strategy_from_name("adaptive", group_size=8)
+    with pytest.raises(rb.ModelError, match="unknown batch strategy 'fast'"):
+        bt.strategy_from_name("fast")
+    with pytest.raises(rb.ModelError, match="Lockstep: group_size must be a positive integer"):
+        bt.Lockstep(group_size=0)
+    with pytest.raises(rb.ModelError, match="Shared: group_size must be a positive integer"):
+        bt.Shared(group_size=2.5)
+    with pytest.raises(rb.ModelError, match="Fixed: dt must be a positive finite number"):
+        bt.Fixed(dt=-0.1)
+    with pytest.raises(rb.ModelError, match="strategy must be a batch strategy"):
+        bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, T_SPAN, control_axis=None, strategy=3)

@@ -132,6 +132,11 @@ def test_spec_table_order_and_determinism(spec_file):
     np.testing.assert_array_equal(load_sweep_spec(spec_file).table()["masses[0].theta"], theta)  # seeded
     assert spec.digest() == load_sweep_spec(spec_file).digest()
     assert spec.with_run(mode="lockstep").digest() != spec.digest()
+    from rollball_jax import batch as bt
+    # run.mode, group_size and dt become the batch strategy object (options the mode has only)
+    assert spec.mode == "adaptive" and spec.strategy() == bt.Adaptive()
+    assert spec.with_run(mode="fixed", dt=0.05, group_size=16).strategy() == bt.Fixed(dt=0.05, group_size=16)
+    assert spec.with_run(mode="lockstep", group_size=64).strategy() == bt.Lockstep(group_size=64)
     m = spec.member_mapping({p: v[3] for p, v in t.items()})
     assert m["masses"][1]["rail"]["radius"] == 0.9 and m["masses"][0]["theta"] == theta[3]
     assert "ts" not in m["time"] and m["time"]["t1"] == 1.0

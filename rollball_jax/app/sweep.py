@@ -290,6 +290,16 @@ class SweepSpec:
         d.pop("description")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
+    def strategy(self):
+        """The batch strategy object of ``run.mode`` with this spec's ``group_size`` and ``dt``
+        (those options of :mod:`rollball_jax.batch`'s strategies that the mode has)."""
+        from ..batch import strategy_from_name
+
+        options = {} if self.mode == "adaptive" else {"group_size": self.group_size}
+        if self.mode == "fixed":
+            options["dt"] = self.dt
+        return strategy_from_name(self.mode, **options)
+
     def with_run(self, **kw) -> "SweepSpec":
         """A copy with execution settings replaced (``None`` values are ignored)."""
         kw = {k: v for k, v in kw.items() if v is not None}
@@ -673,9 +683,9 @@ def _solve_into(res, members, models, controls, x0s, base_cfg, spec, table, z_a=
     if mask is not None and len(mask) != len(jax.tree.leaves((models, controls))):
         mask = None
     r = simulate_batch(
-        models, controls, x0s, base_cfg.t_span, ts=base_cfg.ts, mode=spec.mode, solver=make_solver(base_cfg.solver),
-        rtol=base_cfg.rtol, atol=base_cfg.atol, max_steps=base_cfg.max_steps, dt0=base_cfg.dt0, dt=spec.dt,
-        group_size=spec.group_size, unit=spec.chunk, batched_mask=mask,
+        models, controls, x0s, base_cfg.t_span, ts=base_cfg.ts, strategy=spec.strategy(),
+        solver=make_solver(base_cfg.solver), rtol=base_cfg.rtol, atol=base_cfg.atol, max_steps=base_cfg.max_steps,
+        dt0=base_cfg.dt0, unit=spec.chunk, batched_mask=mask,
     )
     ctx = jax.vmap(lambda m, x: m.observable_context(x, z_a=z_a))(models, np.asarray(x0s))
     gc, energy, heading = _observables(models, r.ys, ctx, r.x_final)
@@ -871,7 +881,7 @@ def _prepare(out: Path, spec: SweepSpec, overwrite: bool) -> tuple[SweepSpec, di
 
 def _pilot_dt(spec: SweepSpec, table) -> float:
     """Mode fixed without run.dt: the step chosen by rollball_jax.batch on chunk 0."""
-    from ..batch import simulate_batch, stack
+    from ..batch import Fixed, simulate_batch, stack
     from .config import build_from_mapping, make_solver
 
     start, stop = spec.chunk_range(0)
@@ -883,8 +893,8 @@ def _pilot_dt(spec: SweepSpec, table) -> float:
         raise SweepError("mode fixed: no valid member in chunk 0 to choose dt from; give run.dt")
     base = cfgs[0]
     r = simulate_batch(stack([c.model for c in cfgs]), stack([c.control for c in cfgs]), np.stack([c.x0 for c in cfgs]),
-                       base.t_span, ts=base.ts, mode="fixed", solver=make_solver(base.solver), rtol=base.rtol,
-                       atol=base.atol, group_size=spec.group_size, refine=False)
+                       base.t_span, ts=base.ts, strategy=Fixed(group_size=spec.group_size, refine=False),
+                       solver=make_solver(base.solver), rtol=base.rtol, atol=base.atol)
     return float(r.dt)
 
 

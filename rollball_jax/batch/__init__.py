@@ -7,15 +7,17 @@ with one compilation and returns a :class:`BatchResult` in which every member ca
 own status (``diffrax.RESULTS`` names, e.g. ``max_steps_reached``, ``nonfinite``): a
 failed member does not disturb the others.
 
-Strategies (``mode=``), see ``docs/batch.md`` for measurements:
+Strategies are objects passed as ``strategy=`` (diffrax style: each carries its own
+options), see ``docs/batch.md`` for measurements; a name stands for the strategy with its
+default options (``strategy="lockstep"`` is ``Lockstep()``):
 
-``"adaptive"`` (default)
+:class:`Adaptive` (default, ``"adaptive"``)
     ``jax.vmap`` of :func:`rollball_jax.integrate`: every member has its own adaptive
     step sequence, exactly as a single :func:`rollball_jax.simulate` call with the same
     settings (results agree to within the tolerance, not bit for bit: see ``docs/batch.md``). Under ``vmap`` the members advance in
     lockstep: the batch runs as many loop iterations as its slowest member, and every
     iteration pays for diffrax's per-member control flow.
-``"lockstep"``
+:class:`Lockstep` (``group_size``, ``fast_trig``, ``rolled``)
     The same per-member adaptive stepping (diffrax's default controller: I-control,
     safety 0.9, step factors in [0.2, 10], Hairer's initial step, steps landing on the
     control's kinks) written as one loop over a *group* of ``group_size`` members in
@@ -23,21 +25,21 @@ Strategies (``mode=``), see ``docs/batch.md`` for measurements:
     of its own steps. Same accuracy class as ``"adaptive"`` (not bit-identical: the
     arithmetic is reordered and sin/cos are computed by :func:`sincos`), several times
     faster. Failures are per member (``max_steps`` counts each member's own steps).
-``"shared"``
+:class:`Shared` (``group_size``, ``refine``, ...)
     One adaptive step for the whole group: the error norm is the max over the group's
     members of their RMS scaled error, so every member meets the tolerance, but every
     member also takes the steps its hardest neighbour needs. Worth it when members are
     similar (small perturbations of one design). A group whose shared solve fails (e.g.
     one member makes the step collapse and the group runs out of steps) is re-solved
-    member by member in ``"adaptive"`` mode, so failures stay isolated.
-``"fixed"``
+    member by member with :class:`Adaptive` (``refine=True``), so failures stay isolated.
+:class:`Fixed` (``dt``, ``refine``, ``group_size``, ...)
     The structure-of-arrays system on a fixed step grid (step ``dt``, refined so that
     steps land on every control kink): no step control and no rejected steps. The
     embedded error estimate of every step is still computed and its maximum per member
     is reported (``BatchResult.error_estimate``, in units of the tolerance: ≤ 1 means
     every step met ``rtol``/``atol``). ``dt=None`` picks the step from the first unit
     of the batch (pilot) so that this estimate is ≤ 1; members that still exceed it are
-    re-solved in ``"adaptive"`` mode (``refine=True``).
+    re-solved with :class:`Adaptive` (``refine=True``).
 
 The fast modes evaluate the vector field through a structure-of-arrays transformation
 of the model's own jaxpr (:class:`SoAVectorField`): every scalar of the single-member
@@ -52,7 +54,7 @@ member. On the CPU, XLA gives one device per process; set
 ``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>`` before importing JAX to use
 every core (:func:`host_device_flags`).
 
-Layout: ``_driver`` (:func:`simulate_batch`, the strategies), ``_group_rk`` (the explicit
+Layout: ``_strategies`` (the strategy objects), ``_driver`` (:func:`simulate_batch`), ``_group_rk`` (the explicit
 Runge–Kutta loops over a group axis, any right-hand side), ``_soa`` (the
 structure-of-arrays vector field, self-checked at first use), ``_group_field`` (the
 same interface by ``jax.vmap`` of the member's field: the self-check's reference and the
@@ -60,7 +62,17 @@ measured alternative, see docs/batch.md), ``_sincos`` (vectorisable sin/cos), ``
 (:class:`BatchResult`, member status codes), ``_stacking`` (batches as pytrees).
 """
 
-from ._driver import MODES, choose_fixed_dt, host_device_flags, simulate_batch
+from ._driver import choose_fixed_dt, host_device_flags, simulate_batch
+from ._strategies import (
+    MODES,
+    AbstractBatchStrategy,
+    AbstractGroupStrategy,
+    Adaptive,
+    Fixed,
+    Lockstep,
+    Shared,
+    strategy_from_name,
+)
 from ._result import (
     STATUS_INVALID,
     STATUS_MAX_STEPS,
@@ -77,6 +89,13 @@ from ._stacking import batch_size, member, stack
 
 __all__ = [
     "MODES",
+    "AbstractBatchStrategy",
+    "AbstractGroupStrategy",
+    "Adaptive",
+    "Fixed",
+    "Lockstep",
+    "Shared",
+    "strategy_from_name",
     "STATUS_INVALID",
     "STATUS_MAX_STEPS",
     "STATUS_NAMES",

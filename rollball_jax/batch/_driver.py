@@ -26,8 +26,8 @@ from ._result import STATUS_NONFINITE, STATUS_NONFINITE_FIELD, STATUS_RAIL_LEFT,
 from ._group_field import GroupVectorField
 from ._soa import SoAVectorField
 from ._stacking import member, stack
+from ._strategies import MODES, AbstractBatchStrategy, Adaptive, Lockstep, as_strategy
 
-MODES = ("adaptive", "lockstep", "shared", "fixed")
 
 
 def host_device_flags(n: int | None = None) -> str:
@@ -323,7 +323,7 @@ def _self_check(m_t, c_t, mask, group, fast_trig, t0, X, bleaves, uleaves) -> No
     if err > SELF_CHECK_RTOL or not np.array_equal(np.isfinite(a), finite):
         raise RuntimeError(
             f"internal error: the batch's structure-of-arrays vector field differs from the model's own field "
-            f"by {err:.1e} (relative) at the first group's initial states; use mode='adaptive' (jax.vmap of "
+            f"by {err:.1e} (relative) at the first group's initial states; use strategy=Adaptive() (jax.vmap of "
             f"diffrax, no interpreter) and please report this model"
         )
 
@@ -362,21 +362,16 @@ def simulate_batch(
     *,
     ts=None,
     n_save: int = 21,
-    mode: str = "adaptive",
+    strategy: AbstractBatchStrategy | str = Adaptive(),
     solver: dfx.AbstractSolver | None = None,
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
     max_steps: int = DEFAULT_MAX_STEPS,
     dt0: float | None = None,
-    dt: float | None = None,
-    group_size: int = 256,
     devices=None,
     control_axis: int | None = 0,
     unit: int = 4096,
-    refine: bool = True,
     batched_mask: Sequence[bool] | None = None,
-    fast_trig: bool = True,
-    rolled: bool = True,
 ) -> BatchResult:
     """Simulate B same-structure designs together (one compilation for the whole batch).
 
@@ -389,33 +384,27 @@ def simulate_batch(
     x0s : (B, N) initial states in the paper's order.
     t_span : (t0, t1); default ``(ts[0], ts[-1])``.
     ts : (T,) save times shared by all members (default ``n_save`` equally spaced points).
-    mode : ``"adaptive"`` (default; equals per-member :func:`rollball_jax.simulate`),
-        ``"lockstep"``, ``"shared"`` or ``"fixed"`` — see the module docstring and
-        ``docs/batch.md``.
+    strategy : how the members are advanced, with its own options: :class:`Adaptive`
+        (default; equals per-member :func:`rollball_jax.simulate`), :class:`Lockstep`,
+        :class:`Shared` or :class:`Fixed` (``group_size``, ``dt``, ``refine``, ... are
+        their fields); a name from :data:`MODES` stands for that strategy with its
+        default options. See the module docstring and ``docs/batch.md``.
     solver, rtol, atol, max_steps, dt0 : as for :func:`rollball_jax.simulate`
-        (default ``Dopri8``). The other modes take explicit RK solvers with a Butcher
+        (default ``Dopri8``). The group strategies take explicit RK solvers with a Butcher
         tableau (Dopri8, Dopri5, Tsit5, ...); ``max_steps`` counts each member's steps
-        (lockstep) or the group's (shared).
-    dt : mode ``fixed``: the step (``None``: chosen from a pilot so that every step's
-        embedded error estimate meets the tolerance).
-    group_size : modes ``lockstep``/``shared``/``fixed``: members per structure-of-arrays
-        group (rounded up to a multiple of 8; lockstep: slots per device; shared: the
-        members that share their steps). Results do not depend on the number of devices.
+        (lockstep) or the group's (shared). Results do not depend on the number of devices.
     devices : devices to shard over (default: all local devices; an int takes the first n).
     unit : members per compiled call (bounds memory; the batch is processed in units).
-    refine : re-solve failed shared groups and fixed-step members above the tolerance
-        in mode ``adaptive``.
-    batched_mask : fast modes: per array leaf of (model, control), whether it varies over
-        members (default: detected from the values). Sweeps pass it so that every chunk
-        compiles the same program.
-    fast_trig : fast modes: polynomial :func:`sincos` instead of XLA's sin/cos.
-    rolled : fast modes: Runge–Kutta stages in a loop (fast compilation) or unrolled.
+    batched_mask : group strategies: per array leaf of (model, control), whether it varies
+        over members (default: detected from the values). Sweeps pass it so that every
+        chunk compiles the same program.
 
     Returns a :class:`BatchResult`. Never raises for a failed member: check ``status``.
+    Raises ``ModelError`` for invalid input (shapes, tolerances, an unknown strategy).
     """
     checks.require_x64("simulate_batch")
-    if mode not in MODES:
-        raise ModelError(f"mode must be one of {MODES}; got {mode!r}")
+    strategy = as_strategy(strategy)
+    mode = strategy.name
     checks.tolerance(rtol, "rtol")
     checks.tolerance(atol, "atol")
     max_steps = checks.max_steps(max_steps)
@@ -462,17 +451,18 @@ def simulate_batch(
         res = adaptive(np.arange(B))
         group = None
     else:
-        group = _group_size(mode, int(group_size), B, len(devs))
+        group = _group_size(mode, strategy.group_size, B, len(devs))
         mask = list(batched_mask) if batched_mask is not None else _leaf_mask(models, controls, control_axis, B)
         common = dict(models=models, controls=controls, control_axis=control_axis, ts=ts, t0=t0, t1=t1,
                       solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0, devices=devs, group=group,
-                      mask=mask, rolled=rolled, fast_trig=fast_trig)
+                      mask=mask, rolled=strategy.rolled, fast_trig=strategy.fast_trig)
         if mode in ("shared", "lockstep"):
             res = _run_soa(mode, x0s=x0s, dt=None, unit=unit, **common)
             # lockstep: every member already has its own steps and status; shared: a failed
             # group is re-solved member by member.
             bad = (res["code"] != STATUS_SUCCESS) if mode == "shared" else np.zeros((B,), dtype=bool)
         else:
+            dt = strategy.dt
             if dt is None:
                 # Pilot: the first unit of the batch, with the compiled program of the real run.
                 pilot_idx = np.arange(min(B, max(group * len(devs), unit)))
@@ -490,7 +480,8 @@ def simulate_batch(
             used_dt = float(dt)
             res = _run_soa("fixed", x0s=x0s, dt=dt, unit=unit, **common)
             bad = (res["code"] != STATUS_SUCCESS) | ~(res["error_estimate"] <= 1.0)
-        if refine and np.any(bad):
+        # Lockstep has nothing to refine: every member already has its own steps and status.
+        if not isinstance(strategy, Lockstep) and strategy.refine and np.any(bad):
             idx = np.nonzero(bad)[0]
             sub = adaptive(idx)
             for k, v in sub.items():
@@ -509,7 +500,7 @@ def simulate_batch(
         ts=ts, ys=ys, x_final=res["x_end"], t_final=res["t_end"], status=res["code"].astype(np.int32),
         num_steps=res["num_steps"].astype(np.int64), num_accepted_steps=res["num_accepted_steps"].astype(np.int64),
         num_rejected_steps=res["num_rejected_steps"].astype(np.int64), error_estimate=res["error_estimate"],
-        refined=refined, mode=mode, rtol=float(rtol), atol=float(atol), dt=used_dt, group_size=group,
+        refined=refined, mode=mode, strategy=strategy, rtol=float(rtol), atol=float(atol), dt=used_dt, group_size=group,
         n_devices=len(devs), wall_time=time.perf_counter() - start, details=details,
     )
 

@@ -56,7 +56,10 @@ class BatchResult:
                                the tolerance); NaN in mode ``adaptive``.
     refined : (B,) bool        re-solved in ``adaptive`` mode (failed shared group, or a
                                fixed-step member whose estimate exceeded the tolerance).
-    mode, rtol, atol, dt, group_size, n_devices, wall_time : run settings and timing.
+    mode : the strategy's name; strategy : the strategy object as given.
+    rtol, atol, dt, group_size, n_devices, wall_time : run settings (``dt``: the fixed step
+                               used, also when chosen by the pilot; ``group_size``: after
+                               rounding) and timing.
     """
 
     ts: np.ndarray
@@ -77,6 +80,7 @@ class BatchResult:
     n_devices: int
     wall_time: float
     details: tuple = ()
+    strategy: object = None
 
     @property
     def size(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -150,6 +151,10 @@ class AbstractModel(eqx.Module):
     def versor_index(self) -> int | None:
         """Index of q0 in the state if the state holds a versor q (checked to be unit), else None."""
         return None
+
+    #: True when the motion lies in the e1–e3 plane (the disk): the GC moves along e1 only and
+    #: the masses stay in one plane, so plots and reports draw 2-D figures instead of 3-D ones.
+    planar: ClassVar[bool] = False
 
     def outside(self, x):
         """Traceable: True where the state is physically invalid in a way a solve must stop at
@@ -381,6 +386,8 @@ class Disk(AbstractModel):
 
     Raises ``ModelError`` as :class:`Ball` does, and for a rail leaving the x–z plane.
     """
+
+    planar: ClassVar[bool] = True
 
     m0: Float[Array, ""]
     radius: Float[Array, ""]

@@ -65,3 +65,5 @@ def test_model_kind_names_the_system():
     assert (ball.kind, disk.kind) == ("ball", "disk")
     assert rigid.FreeRigidBody([1.0, 2.0, 3.0]).kind == "freerigidbody"
     assert rigid.HeavyTop(1.0, [1.0, 2.0, 3.0], [0.0, 0.0, 0.1]).kind == "heavytop"
+    # 2-D vs 3-D figures are the model's own fact (``planar``), not an isinstance switch
+    assert disk.planar and not ball.planar and not rigid.FreeRigidBody([1.0, 2.0, 3.0]).planar

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..models import Ball
 from .output import atomic_path
 
 __all__ = ["FIGURES", "make_figures", "plot_run"]
@@ -33,7 +32,8 @@ _CM_STYLE = dict(color="black", lw=1.6, label="total system CM")
 
 
 def _is_ball(solution) -> bool:
-    return isinstance(solution.model, Ball)
+    """3-D figures unless the model's motion is planar (``model.planar``, the disk)."""
+    return not solution.model.planar
 
 
 def _mass_colors(n: int) -> list:
@@ -67,7 +67,7 @@ def _paths_figure(solution, frame: str) -> Figure:
         names = ("e1", "e2", "e3")
     n = masses.shape[1]
     colors = _mass_colors(n)
-    body = "ball" if ball else "disk"
+    body = solution.model.kind
     title = f"Point masses and total system CM, {where}"
     fig = Figure(figsize=(7.0, 6.4) if ball else (6.4, 6.4), layout="constrained")
     if ball:

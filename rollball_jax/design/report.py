@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..models import Disk
 from .costs import (
     ContactFeasibility,
     Continuity,
@@ -88,7 +87,7 @@ def write_figures(result, verification, out_dir: str | Path, *, title: str = "",
     ts_v, gc_v = verification.ts, verification.gc
     n = problem.model.n
     paths = []
-    is_disk = isinstance(problem.model, Disk)
+    is_disk = problem.model.planar
 
     # GC path
     fig, ax = plt.subplots(figsize=(6, 5))

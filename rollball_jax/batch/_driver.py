@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, PartitionSpec
 
-from .. import checks
+from .. import _xla_flags, checks
 from ..errors import ModelError
 from ..models import AbstractModel
 from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, default_solver, integrate
@@ -194,7 +194,9 @@ def _soa_fn(kind, solver, max_steps, devices, treedef, batched_mask, leaf_specs,
         sb, sr = PartitionSpec("batch"), PartitionSpec()
         run = jax.shard_map(solve_groups, mesh=_mesh(devices), in_specs=(sb, sb, sr, sb, sr, sr, sr, sr),
                             out_specs=sb, check_vma=False)
-    return jax.jit(run)
+    # The wide group programs run faster with XLA's CPU fusion emitters (off by default in
+    # this package for compile time): see rollball_jax._xla_flags for the measurement.
+    return jax.jit(run, compiler_options=_xla_flags.group_loop_compiler_options())
 
 
 def _pack_groups(models, controls, control_axis, x0s, mask, group, n_groups):

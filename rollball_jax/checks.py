@@ -118,6 +118,35 @@ def versor(q, name: str) -> None:
         )
 
 
+def positive(x, name: str) -> None:
+    """Every entry of a concrete ``x`` positive and finite (traced values are not checked)."""
+    v = concrete(x)
+    if v is not None and (np.any(~np.isfinite(v)) or np.any(v <= 0)):
+        raise ModelError(f"'{name}' must be positive and finite; got {np.asarray(v).tolist()}")
+
+
+def principal_moments(inertia, name: str = "inertia"):
+    """Principal moments (d1, d2, d3) as a float64 ``(3,)`` array: positive, finite and
+    satisfying the triangle inequality d_i ≤ d_j + d_k (every inertia tensor of a mass
+    distribution does), with a relative slack of 1e-12. Raises ``ModelError`` naming
+    ``name``. Shared by :class:`rollball_jax.Ball` and the rigid bodies."""
+    import jax.numpy as jnp
+
+    d = jnp.asarray(inertia, dtype=jnp.float64)
+    if d.shape != (3,):
+        raise ModelError(f"'{name}' must be principal moments (d1, d2, d3), shape (3,); got {d.shape}")
+    positive(d, name)
+    dv = concrete(d)
+    if dv is not None:
+        for i in range(3):
+            j, k = (i + 1) % 3, (i + 2) % 3
+            if dv[i] > dv[j] + dv[k] + 1e-12 * dv.sum():
+                raise ModelError(
+                    f"'{name}' {dv.tolist()} violates the triangle inequality d{i + 1} <= d{j + 1} + d{k + 1}"
+                )
+    return d
+
+
 def nonfinite_component(values, labels) -> str | None:
     """Label of the first non-finite entry of ``values`` ``(N,)``, or None."""
     bad = np.nonzero(~np.isfinite(np.asarray(values)))[0]

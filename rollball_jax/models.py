@@ -34,12 +34,6 @@ def _scalar(x, name):
     return x
 
 
-def _positive(x, name):
-    v = concrete(x)
-    if v is not None and (np.any(~np.isfinite(v)) or np.any(v <= 0)):
-        raise ModelError(f"'{name}' must be positive and finite; got {np.asarray(v).tolist()}")
-
-
 def _masses(masses, rails: RailSet):
     masses = jnp.atleast_1d(jnp.asarray(masses, dtype=jnp.float64)) if masses is not None else jnp.zeros((0,))
     if masses.ndim != 1:
@@ -49,7 +43,7 @@ def _masses(masses, rails: RailSet):
             f"'masses' has {masses.shape[0]} entries but 'rails' describe {rails.size} rails: "
             "give one rail per point mass"
         )
-    _positive(masses, "masses")
+    checks.positive(masses, "masses")
     return masses
 
 
@@ -89,8 +83,8 @@ def _shell_scalars(m0, radius, g):
     """``(m0, radius, g)`` as float64 scalars of the shell (ball or disk); raises
     ``ModelError`` for a non-positive m0 or radius or a non-finite g."""
     m0, radius, g = _scalar(m0, "m0"), _scalar(radius, "radius"), _scalar(g, "g")
-    _positive(m0, "m0")
-    _positive(radius, "radius")
+    checks.positive(m0, "m0")
+    checks.positive(radius, "radius")
     g_ = concrete(g)
     if g_ is not None and not np.isfinite(g_):
         raise ModelError("'g' must be finite")
@@ -257,22 +251,11 @@ class Ball(AbstractModel):
     ):
         checks.require_x64("Ball")
         self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
-        self.inertia = jnp.asarray(inertia, dtype=jnp.float64)
-        if self.inertia.shape != (3,):
-            raise ModelError(f"'inertia' must be (d1, d2, d3), shape (3,); got {self.inertia.shape}")
+        self.inertia = checks.principal_moments(inertia)  # positive, triangle inequality
         self.chi0 = jnp.asarray(chi0, dtype=jnp.float64)
         if self.chi0.shape != (3,):
             raise ModelError(f"'chi0' must have shape (3,); got {self.chi0.shape}")
         self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
-        _positive(self.inertia, "inertia")
-        d = concrete(self.inertia)
-        if d is not None:
-            for i in range(3):
-                j, k = (i + 1) % 3, (i + 2) % 3
-                if d[i] > d[j] + d[k] + 1e-12 * d.sum():
-                    raise ModelError(
-                        f"'inertia' {d.tolist()} violates the triangle inequality d{i + 1} <= d{j + 1} + d{k + 1}"
-                    )
         _check_rails_inside(self.rails, self.radius, self.chi0)
 
     @property
@@ -422,7 +405,7 @@ class Disk(AbstractModel):
             raise ModelError("'chi0' of a disk must lie in the x–z plane (χ0_y = 0)")
         self.chi0 = chi0
         self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
-        _positive(self.d2, "d2")
+        checks.positive(self.d2, "d2")
         _check_rails_inside(self.rails, self.radius, self.chi0)
         self._check_planar()
 

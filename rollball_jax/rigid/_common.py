@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from ..checks import positive, principal_moments  # noqa: F401  (shared with the Ball; used as _common.*)
 from ..errors import ModelError, concrete
 from ..geometry import quat_multiply, sharp
 
@@ -40,33 +41,6 @@ def finite(x, name: str) -> None:
     v = concrete(x)
     if v is not None and not np.all(np.isfinite(v)):
         raise ModelError(f"'{name}' must be finite; got {np.asarray(v).tolist()}")
-
-
-def positive(x, name: str) -> None:
-    v = concrete(x)
-    if v is not None and (np.any(~np.isfinite(v)) or np.any(v <= 0)):
-        raise ModelError(f"'{name}' must be positive and finite; got {np.asarray(v).tolist()}")
-
-
-def principal_moments(inertia: ArrayLike, name: str = "inertia") -> Float[Array, "3"]:
-    """Principal moments (d1, d2, d3) ``(3,)``: positive, satisfying the triangle inequality.
-
-    Every inertia tensor of a mass distribution (about any point) has d_i ≤ d_j + d_k; the
-    same relative slack 1e-12 as :class:`rollball_jax.Ball` is allowed.
-    """
-    d = jnp.asarray(inertia, dtype=jnp.float64)
-    if d.shape != (3,):
-        raise ModelError(f"'{name}' must be principal moments (d1, d2, d3), shape (3,); got {d.shape}")
-    positive(d, name)
-    dv = concrete(d)
-    if dv is not None:
-        for i in range(3):
-            j, k = (i + 1) % 3, (i + 2) % 3
-            if dv[i] > dv[j] + dv[k] + 1e-12 * dv.sum():
-                raise ModelError(
-                    f"'{name}' {dv.tolist()} violates the triangle inequality d{i + 1} <= d{j + 1} + d{k + 1}"
-                )
-    return d
 
 
 def versor(q: ArrayLike, name: str = "q") -> Float[Array, "4"]:

@@ -24,22 +24,26 @@ def test_flags_to_add_respects_version_explicit_setting_and_opt_out():
     assert _xla_flags.flags_to_add({}, (0, 11, 0)) == []
 
 
-def _xla_flags_after_import(**env_changes) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "ROLLBALL_JAX_XLA_DEFAULTS")}
-    env.update(env_changes)
-    code = "import os, rollball_jax, jax; jax.numpy.ones(2).block_until_ready(); print(repr(os.environ.get('XLA_FLAGS')))"
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return p.stdout.strip().splitlines()[-1]
+def test_apply_keeps_the_users_options(monkeypatch):
+    monkeypatch.setattr(_xla_flags, "_jaxlib_version", lambda: TESTED)
+    monkeypatch.delenv("ROLLBALL_JAX_XLA_DEFAULTS", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert _xla_flags.apply() == [FLAG]
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 " + FLAG
+    assert _xla_flags.apply() == []  # idempotent
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setenv("ROLLBALL_JAX_XLA_DEFAULTS", "0")
+    assert _xla_flags.apply() == [] and "XLA_FLAGS" not in os.environ
 
 
 def test_import_sets_the_option_before_the_backend_starts():
-    """In a fresh process: set (and XLA accepts it: the computation runs), kept beside a
-    user's other options, and absent when opted out."""
-    assert _xla_flags_after_import() == repr(FLAG)
-    assert _xla_flags_after_import(XLA_FLAGS="--xla_force_host_platform_device_count=2") == repr(
-        "--xla_force_host_platform_device_count=2 " + FLAG)
-    assert _xla_flags_after_import(ROLLBALL_JAX_XLA_DEFAULTS="0") == "None"
+    """In a fresh process with no XLA_FLAGS: ``import rollball_jax`` sets the option, and
+    XLA accepts it (a computation runs; an unknown option would abort the process)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "ROLLBALL_JAX_XLA_DEFAULTS")}
+    code = "import os, rollball_jax, jax; jax.numpy.ones(2).block_until_ready(); print(repr(os.environ.get('XLA_FLAGS')))"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == repr(FLAG)
 
 
 def test_group_loops_turn_the_fusion_emitters_back_on(monkeypatch):

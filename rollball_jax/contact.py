@@ -31,7 +31,9 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from ._typing import FloatInput
 
 from .controls import AbstractControl
 from .dynamics.ball import _all_masses
@@ -50,7 +52,7 @@ __all__ = [
 _TINY = 1e-300
 
 
-def total_mass(model) -> Float[Array, ""]:
+def total_mass(model) -> Inexact[Array, ""]:
     """M = m0 + Σ m_i."""
     return model.m0 + jnp.sum(model.masses)
 
@@ -59,7 +61,7 @@ def _cm_spatial(model, x, context):
     return model.observables(x, **context)["cm_spatial"]
 
 
-def cm_acceleration_jvp(model, control: AbstractControl, t, x, context: dict | None = None) -> Float[Array, "3"]:
+def cm_acceleration_jvp(model, control: AbstractControl, t, x, context: dict | None = None) -> Inexact[Array, "3"]:
     """z̈_cm by nested ``jax.jvp`` along the flow (any model with a ``cm_spatial`` observable).
 
     The second derivative of ``cm_spatial(x(t))`` along ẋ = f(t, x): with
@@ -80,7 +82,7 @@ def cm_acceleration_jvp(model, control: AbstractControl, t, x, context: dict | N
     return jax.jvp(velocity, (t, x), (jnp.ones_like(t), f))[1]
 
 
-def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None = None) -> Float[Array, "3"]:
+def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None = None) -> Inexact[Array, "3"]:
     """z̈_cm, the acceleration of the total system CM in the spatial frame ``(3,)``.
 
     Ball and disk: closed form from one evaluation of the vector field. Each mass sits at
@@ -119,7 +121,7 @@ def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None 
     return gc_ddot + lam @ (jnp.sum(m[:, None] * a_body, axis=0) / mass)
 
 
-def contact_force(model, control: AbstractControl, t, x, context: dict | None = None) -> Float[Array, "3"]:
+def contact_force(model, control: AbstractControl, t, x, context: dict | None = None) -> Inexact[Array, "3"]:
     """F_c = M z̈_cm − F_e + M g e3: the plane's force on the ball at the contact point ``(3,)``, spatial frame."""
     mass = total_mass(model)
     gravity = jnp.array([0.0, 0.0, 1.0]) * model.g * mass
@@ -139,33 +141,33 @@ class ContactForces(eqx.Module):
                        slipping at each time (``inf``/negative where N ≤ 0).
     """
 
-    ts: Float[Array, " T"]
-    force: Float[Array, "T 3"]
+    ts: Inexact[Array, " T"]
+    force: Inexact[Array, "T 3"]
 
     @property
-    def normal(self) -> Float[Array, " T"]:
+    def normal(self) -> Inexact[Array, " T"]:
         return self.force[:, 2]
 
     @property
-    def tangential(self) -> Float[Array, "T 2"]:
+    def tangential(self) -> Inexact[Array, "T 2"]:
         return self.force[:, :2]
 
     @property
-    def tangential_norm(self) -> Float[Array, " T"]:
+    def tangential_norm(self) -> Inexact[Array, " T"]:
         ft = self.tangential
         return jnp.sqrt(jnp.sum(ft * ft, axis=-1) + _TINY)
 
     @property
-    def friction_ratio(self) -> Float[Array, " T"]:
+    def friction_ratio(self) -> Inexact[Array, " T"]:
         return self.tangential_norm / self.normal
 
     @property
-    def min_normal(self) -> Float[Array, ""]:
+    def min_normal(self) -> Inexact[Array, ""]:
         """min_t N."""
         return jnp.min(self.normal)
 
     @property
-    def max_friction_ratio(self) -> Float[Array, ""]:
+    def max_friction_ratio(self) -> Inexact[Array, ""]:
         """max_t |F_t|/N (meaningful when N > 0 throughout)."""
         return jnp.max(self.friction_ratio)
 
@@ -179,7 +181,7 @@ class ContactForces(eqx.Module):
 
 
 def contact_forces(
-    model, control: AbstractControl, ts: Float[ArrayLike, " T"], xs: Float[ArrayLike, "T N"], context: dict | None = None
+    model, control: AbstractControl, ts: FloatInput[" T"], xs: FloatInput["T N"], context: dict | None = None
 ) -> ContactForces:
     """Contact force at every state of a trajectory ``xs`` ``(T, N)`` at times ``ts`` ``(T,)``.
 

@@ -19,7 +19,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Inexact, PyTree
+
+from ._typing import FloatInput
 
 from . import checks
 from .errors import ModelError, concrete
@@ -36,11 +38,11 @@ class AbstractControl(eqx.Module):
     closed_loop: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def __call__(self, t: Float[ArrayLike, ""], x: Float[ArrayLike, " N"] | None = None) -> Float[Array, " n"]:
+    def __call__(self, t: FloatInput[""], x: FloatInput[" N"] | None = None) -> Inexact[Array, " n"]:
         """Rail accelerations θ̈ ``(n,)`` of the masses at time ``t`` (state ``x`` for closed loops)."""
 
     @property
-    def kink_times(self) -> Float[Array, " m"]:
+    def kink_times(self) -> Inexact[Array, " m"]:
         """Times where u(t) or its derivatives jump (may be empty)."""
         return jnp.zeros((0,))
 
@@ -63,10 +65,10 @@ class PaperStep(AbstractControl):
     by construction: steps stop at them, and a stop does not move with them).
     """
 
-    signs: Float[Array, " n"]
-    amplitude: Float[Array, ""]
-    t_a: Float[Array, ""]
-    t_b: Float[Array, ""]
+    signs: Inexact[Array, " n"]
+    amplitude: Inexact[Array, ""]
+    t_a: Inexact[Array, ""]
+    t_b: Inexact[Array, ""]
 
     def __init__(self, signs, amplitude=1.0, t_a=0.1, t_b=0.2):
         self.signs = jnp.atleast_1d(jnp.asarray(signs, dtype=jnp.float64))
@@ -101,7 +103,7 @@ class PaperStep(AbstractControl):
 class ConstantControl(AbstractControl):
     """Constant rail accelerations ``u(t) = values`` ``(n,)`` (zeros hold rail speeds)."""
 
-    values: Float[Array, " n"]
+    values: Inexact[Array, " n"]
 
     def __init__(self, values):
         self.values = jnp.atleast_1d(jnp.asarray(values, dtype=jnp.float64))
@@ -139,8 +141,8 @@ class PiecewiseLinearControl(AbstractControl):
     The knot times are not differentiated (zero derivative by construction).
     """
 
-    knots: Float[Array, " K"]
-    values: Float[Array, "n K"]
+    knots: Inexact[Array, " K"]
+    values: Inexact[Array, "n K"]
 
     def __init__(self, knots, values):
         self.knots, self.values = _knots(knots, values, "PiecewiseLinearControl")
@@ -180,9 +182,9 @@ class CubicSplineControl(AbstractControl):
     differentiated**: their derivative is zero by construction.
     """
 
-    knots: Float[Array, " K"]
-    values: Float[Array, "n K"]
-    operator: Float[Array, "K K"]
+    knots: Inexact[Array, " K"]
+    values: Inexact[Array, "n K"]
+    operator: Inexact[Array, "K K"]
 
     def __init__(self, knots, values):
         self.knots, self.values = _knots(knots, values, "CubicSplineControl")
@@ -218,7 +220,7 @@ class FunctionControl(AbstractControl):
 
     params: PyTree
     fn: Callable[[Array, Any], Array] = eqx.field(static=True)
-    kinks: Float[Array, " m"]
+    kinks: Inexact[Array, " m"]
 
     def __init__(self, fn, params=None, kink_times=()):
         if not callable(fn):

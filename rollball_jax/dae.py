@@ -47,7 +47,9 @@ import dataclasses
 import time
 
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import Float
+
+from ._typing import FloatInput, RealScalar, TimeSpan
 
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError
@@ -173,12 +175,12 @@ class DAEResult:
 def solve_dae(
     model: Ball,
     control: AbstractControl,
-    x0: Float[ArrayLike, " N"],
-    t_span: tuple[float, float],
-    t_eval: Float[ArrayLike, " T"] | None = None,
+    x0: FloatInput[" N"],
+    t_span: TimeSpan,
+    t_eval: FloatInput[" T"] | None = None,
     *,
-    rtol: float = 1e-10,
-    atol: float = 1e-10,
+    rtol: RealScalar = 1e-10,
+    atol: RealScalar = 1e-10,
     restart_at_kinks: bool = True,
     algebraic: str = "q0",
     max_num_steps: int = 100_000,
@@ -303,7 +305,7 @@ def solve_dae(
     )
 
 
-def q0_crossings(ts: Float[ArrayLike, " T"], xs: Float[ArrayLike, "T N"], model: Ball) -> np.ndarray:
+def q0_crossings(ts: FloatInput[" T"], xs: FloatInput["T N"], model: Ball) -> np.ndarray:
     """Times (linearly interpolated) where q0 changes sign along a sampled trajectory ``(T,)``, ``(T, N)``."""
     start = _versor_start(model)
     ts = np.asarray(ts)

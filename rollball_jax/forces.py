@@ -10,7 +10,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Inexact, PyTree
+
+from ._typing import FloatInput
 
 from . import checks
 from .errors import ModelError
@@ -20,14 +22,14 @@ class AbstractForce(eqx.Module):
     """``force(t) -> F_e`` of shape ``(3,)`` [mass·length/time²], spatial frame."""
 
     @abc.abstractmethod
-    def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, "3"]:
+    def __call__(self, t: FloatInput[""]) -> Inexact[Array, "3"]:
         """The force ``(3,)`` at time ``t``."""
 
 
 class ConstantForce(AbstractForce):
     """Constant spatial force ``value`` ``(3,)``; the default is zero."""
 
-    value: Float[Array, "3"]
+    value: Inexact[Array, "3"]
 
     def __init__(self, value=(0.0, 0.0, 0.0)):
         v = jnp.asarray(value, dtype=jnp.float64)

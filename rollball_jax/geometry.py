@@ -11,12 +11,14 @@ Conventions (verified against the paper's figures and equations):
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from ._typing import FloatInput
 
 E3 = jnp.array([0.0, 0.0, 1.0])
 
 
-def hat(a: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
+def hat(a: FloatInput["... 3"]) -> Inexact[Array, "... 3 3"]:
     """Hat map R³ → so(3): ``hat(a) @ b = a × b`` (Putkaradze & Rogers, sec. 5.1)."""
     a = jnp.asarray(a)
     z = jnp.zeros_like(a[..., 0])
@@ -31,7 +33,7 @@ def hat(a: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
     )
 
 
-def vee(m: Float[ArrayLike, "... 3 3"]) -> Float[Array, "... 3"]:
+def vee(m: FloatInput["... 3 3"]) -> Inexact[Array, "... 3"]:
     """Inverse of :func:`hat` (takes the antisymmetric part's vector)."""
     m = jnp.asarray(m)
     return 0.5 * jnp.stack(
@@ -40,7 +42,7 @@ def vee(m: Float[ArrayLike, "... 3 3"]) -> Float[Array, "... 3"]:
     )
 
 
-def quat_multiply(p: Float[ArrayLike, "... 4"], q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
+def quat_multiply(p: FloatInput["... 4"], q: FloatInput["... 4"]) -> Inexact[Array, "... 4"]:
     """Quaternion product ``p q`` (Putkaradze & Rogers, eq. 2.7), scalar-first."""
     p = jnp.asarray(p)
     q = jnp.asarray(q)
@@ -51,19 +53,19 @@ def quat_multiply(p: Float[ArrayLike, "... 4"], q: Float[ArrayLike, "... 4"]) ->
     return jnp.concatenate([scalar, vector], axis=-1)
 
 
-def quat_conjugate(q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
+def quat_conjugate(q: FloatInput["... 4"]) -> Inexact[Array, "... 4"]:
     """Conjugate ``q*`` (2.10); equals ``q⁻¹`` for a versor (2.12)."""
     q = jnp.asarray(q)
     return q * jnp.array([1.0, -1.0, -1.0, -1.0])
 
 
-def sharp(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 4"]:
+def sharp(v: FloatInput["... 3"]) -> Inexact[Array, "... 4"]:
     """``v♯ = [0, v]`` (2.2)."""
     v = jnp.asarray(v)
     return jnp.concatenate([jnp.zeros_like(v[..., :1]), v], axis=-1)
 
 
-def rotation_matrix(q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
+def rotation_matrix(q: FloatInput["... 4"]) -> Inexact[Array, "... 3 3"]:
     """Rotation matrix Λ of a versor, body → spatial (Putkaradze & Rogers, eq. 2.15).
 
     ``q`` is used as given (no normalisation), exactly as (2.15) is written; for a
@@ -87,7 +89,7 @@ def rotation_matrix(q: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
     )
 
 
-def rotation_about_e2(phi: Float[ArrayLike, "..."]) -> Float[Array, "... 3 3"]:
+def rotation_about_e2(phi: FloatInput["..."]) -> Inexact[Array, "... 3 3"]:
     """Disk orientation Λ(φ), rotation by φ about e2 (Putkaradze & Rogers, eq. 5.29)."""
     phi = jnp.asarray(phi)
     c, s = jnp.cos(phi), jnp.sin(phi)
@@ -97,7 +99,7 @@ def rotation_about_e2(phi: Float[ArrayLike, "..."]) -> Float[Array, "... 3 3"]:
     )
 
 
-def spherical_to_cartesian(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
+def spherical_to_cartesian(v: FloatInput["... 3"]) -> Inexact[Array, "... 3"]:
     """ς(φ, θ, ρ) = ρ (cos θ cos φ, cos θ sin φ, sin θ) (Putkaradze & Rogers, eq. 7.9).
 
     ``φ`` is the azimuth, ``θ`` the elevation above the e1–e2 plane, ``ρ`` the length.
@@ -110,7 +112,7 @@ def spherical_to_cartesian(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"
     )
 
 
-def frisvad_basis(n: Float[ArrayLike, "3"]) -> tuple[Float[Array, "3"], Float[Array, "3"]]:
+def frisvad_basis(n: FloatInput["3"]) -> tuple[Inexact[Array, "3"], Inexact[Array, "3"]]:
     """Frisvad's orthonormal vectors ``(b1, b2)`` completing the unit vector ``n``.
 
     Frisvad (2012), "Building an orthonormal basis from a 3D unit vector without
@@ -130,7 +132,7 @@ def frisvad_basis(n: Float[ArrayLike, "3"]) -> tuple[Float[Array, "3"], Float[Ar
     return b1, b2
 
 
-def paper_rail_rotation(v: Float[ArrayLike, "3"]) -> Float[Array, "3 3"]:
+def paper_rail_rotation(v: FloatInput["3"]) -> Inexact[Array, "3 3"]:
     """Rail orientation B(ς(v)) of the paper's ball example (Putkaradze & Rogers, eqs. 7.8–7.10).
 
     Columns ``[n | b2 | -b1]`` with ``n = ς(v)`` and ``(b1, b2)`` from

@@ -41,7 +41,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Float, PyTree
+
+from ._typing import ArrayInput, FloatInput
 
 from .controls import AbstractControl
 from .errors import ModelError
@@ -78,7 +80,7 @@ def _vf(model, control, t, x):
     return model.vector_field(t, x, control)
 
 
-def vector_field(model: AbstractModel, control: AbstractControl, t: ArrayLike, x: Float[ArrayLike, " N"]) -> Float[Array, " N"]:
+def vector_field(model: AbstractModel, control: AbstractControl, t: ArrayInput, x: FloatInput[" N"]) -> Float[Array, " N"]:
     """f(t, x) of (7.2)/(6.2), jit-compiled (same function ``model.vector_field`` evaluates)."""
     t, x = _f64(t, x)
     _check(model, x)
@@ -96,7 +98,7 @@ def _state_jac_rev(model, control, t, x):
 
 
 def state_jacobian(
-    model: AbstractModel, control: AbstractControl, t: ArrayLike, x: Float[ArrayLike, " N"]
+    model: AbstractModel, control: AbstractControl, t: ArrayInput, x: FloatInput[" N"]
 ) -> Float[Array, "N N"]:
     """State Jacobian ``J[i, j] = ∂f_i/∂x_j`` of (7.2) (ball) or (6.2) (disk), shape ``(N, N)``.
 
@@ -114,7 +116,7 @@ def state_jacobian(
 
 
 def state_jacobian_rev(
-    model: AbstractModel, control: AbstractControl, t: ArrayLike, x: Float[ArrayLike, " N"]
+    model: AbstractModel, control: AbstractControl, t: ArrayInput, x: FloatInput[" N"]
 ) -> Float[Array, "N N"]:
     """As :func:`state_jacobian`, by reverse mode (``jax.jacrev``); equal to rounding."""
     t, x = _f64(t, x)
@@ -134,8 +136,8 @@ def _param_jac(params, static, t, x):
 def parameter_jacobian(
     model: AbstractModel,
     control: AbstractControl,
-    t: ArrayLike,
-    x: Float[ArrayLike, " N"],
+    t: ArrayInput,
+    x: FloatInput[" N"],
     filter_spec: PyTree[bool | Callable[[Any], bool]] = eqx.is_inexact_array,
 ) -> tuple[PyTree, PyTree]:
     """∂f/∂p for the parameters ``p`` of ``(model, control)`` selected by ``filter_spec``.
@@ -171,8 +173,8 @@ def _param_jac_where(model, control, t, x, where):
 def parameter_jacobian_where(
     model: AbstractModel,
     control: AbstractControl,
-    t: ArrayLike,
-    x: Float[ArrayLike, " N"],
+    t: ArrayInput,
+    x: FloatInput[" N"],
     where: Callable[[tuple[AbstractModel, AbstractControl]], PyTree[Array]],
 ) -> PyTree[Array]:
     """∂f/∂p for the leaves that ``where((model, control))`` returns.
@@ -198,8 +200,8 @@ def _cs_state(model, control, t, x, h):
 def complex_step_jacobian(
     model: AbstractModel,
     control: AbstractControl,
-    t: ArrayLike,
-    x: Float[ArrayLike, " N"],
+    t: ArrayInput,
+    x: FloatInput[" N"],
     h: float = 1e-30,
 ) -> Float[Array, "N N"]:
     """State Jacobian by complex-step differentiation (the paper's method, refs. [37–39]).
@@ -234,8 +236,8 @@ def _cs_param(model, control, t, x, h, where):
 def complex_step_parameter_jacobian(
     model: AbstractModel,
     control: AbstractControl,
-    t: ArrayLike,
-    x: Float[ArrayLike, " N"],
+    t: ArrayInput,
+    x: FloatInput[" N"],
     where: Callable[[tuple[AbstractModel, AbstractControl]], Array],
     h: float = 1e-30,
 ) -> Float[Array, "N ..."]:

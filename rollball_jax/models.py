@@ -18,7 +18,9 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from ._typing import ArrayInput
 
 from . import checks
 from .controls import AbstractControl
@@ -229,23 +231,23 @@ class Ball(AbstractModel):
     ball (|ζ(θ)| ≥ r), or mismatched shapes.
     """
 
-    m0: Float[Array, ""]
-    radius: Float[Array, ""]
-    inertia: Float[Array, "3"]
-    chi0: Float[Array, "3"]
-    g: Float[Array, ""]
-    masses: Float[Array, " n"]
+    m0: Inexact[Array, ""]
+    radius: Inexact[Array, ""]
+    inertia: Inexact[Array, "3"]
+    chi0: Inexact[Array, "3"]
+    g: Inexact[Array, ""]
+    masses: Inexact[Array, " n"]
     rails: RailSet
     force: AbstractForce
 
     def __init__(
         self,
-        m0: ArrayLike,
-        radius: ArrayLike,
-        inertia: ArrayLike,
-        chi0: ArrayLike = (0.0, 0.0, 0.0),
-        g: ArrayLike = 1.0,
-        masses: ArrayLike | None = None,
+        m0: ArrayInput,
+        radius: ArrayInput,
+        inertia: ArrayInput,
+        chi0: ArrayInput = (0.0, 0.0, 0.0),
+        g: ArrayInput = 1.0,
+        masses: ArrayInput | None = None,
         rails: Sequence[AbstractRail] | AbstractRail | RailSet = (),
         force: AbstractForce | None = None,
     ):
@@ -279,12 +281,12 @@ class Ball(AbstractModel):
 
     def initial_state(
         self,
-        theta: ArrayLike | None = None,
-        theta_dot: ArrayLike | None = None,
-        q: ArrayLike = (1.0, 0.0, 0.0, 0.0),
-        Omega: ArrayLike = (0.0, 0.0, 0.0),
-        z: ArrayLike = (0.0, 0.0),
-    ) -> Float[Array, " 2n+9"]:
+        theta: ArrayInput | None = None,
+        theta_dot: ArrayInput | None = None,
+        q: ArrayInput = (1.0, 0.0, 0.0, 0.0),
+        Omega: ArrayInput = (0.0, 0.0, 0.0),
+        z: ArrayInput = (0.0, 0.0),
+    ) -> Inexact[Array, " N"]:
         """Assemble x = [θ, θ̇, q, Ω, z] (7.1). Defaults: masses at θ = 0 at rest, ball at rest at the origin."""
         n = self.n
         theta = jnp.zeros(n) if theta is None else jnp.atleast_1d(jnp.asarray(theta, dtype=jnp.float64))
@@ -323,11 +325,11 @@ class Ball(AbstractModel):
         return theta, theta_dot, rotation_matrix(q), omega, jnp.stack([z[0], z[1], jnp.zeros_like(z[0])])
 
     @property
-    def rotational_inertia(self) -> Float[Array, "3"]:
+    def rotational_inertia(self) -> Inexact[Array, "3"]:
         """``(d1, d2, d3)``: principal moments of m0 about its CM, body axes (as in the kinetic energy)."""
         return self.inertia
 
-    def body_angular_acceleration(self, x, f) -> Float[Array, "3"]:
+    def body_angular_acceleration(self, x, f) -> Inexact[Array, "3"]:
         """Ω̇ ``(3,)`` (body frame) from the vector field's output ``f = ẋ``: κ of (7.4)."""
         n = self.n
         return f[2 * n + 4 : 2 * n + 7]
@@ -372,23 +374,23 @@ class Disk(AbstractModel):
 
     planar: ClassVar[bool] = True
 
-    m0: Float[Array, ""]
-    radius: Float[Array, ""]
-    d2: Float[Array, ""]
-    chi0: Float[Array, "3"]
-    g: Float[Array, ""]
-    masses: Float[Array, " n"]
+    m0: Inexact[Array, ""]
+    radius: Inexact[Array, ""]
+    d2: Inexact[Array, ""]
+    chi0: Inexact[Array, "3"]
+    g: Inexact[Array, ""]
+    masses: Inexact[Array, " n"]
     rails: RailSet
     force: AbstractForce
 
     def __init__(
         self,
-        m0: ArrayLike,
-        radius: ArrayLike,
-        d2: ArrayLike,
-        chi0: ArrayLike = (0.0, 0.0),
-        g: ArrayLike = 1.0,
-        masses: ArrayLike | None = None,
+        m0: ArrayInput,
+        radius: ArrayInput,
+        d2: ArrayInput,
+        chi0: ArrayInput = (0.0, 0.0),
+        g: ArrayInput = 1.0,
+        masses: ArrayInput | None = None,
         rails: Sequence[AbstractRail] | AbstractRail | RailSet = (),
         force: AbstractForce | None = None,
     ):
@@ -436,7 +438,7 @@ class Disk(AbstractModel):
         n = self.n
         return [f"theta{i + 1}" for i in range(n)] + [f"theta{i + 1}_dot" for i in range(n)] + ["phi", "phi_dot"]
 
-    def initial_state(self, theta=None, theta_dot=None, phi=0.0, phi_dot=0.0) -> Float[Array, " 2n+2"]:
+    def initial_state(self, theta=None, theta_dot=None, phi=0.0, phi_dot=0.0) -> Inexact[Array, " N"]:
         """Assemble x = [θ, θ̇, φ, φ̇] (6.1), (6.4); φ̇_a = −ż_a / r."""
         n = self.n
         theta = jnp.zeros(n) if theta is None else jnp.atleast_1d(jnp.asarray(theta, dtype=jnp.float64))
@@ -470,11 +472,11 @@ class Disk(AbstractModel):
         return theta, theta_dot, rotation_about_e2(phi), omega, jnp.stack([gc1, jnp.zeros_like(gc1), jnp.zeros_like(gc1)])
 
     @property
-    def rotational_inertia(self) -> Float[Array, "3"]:
+    def rotational_inertia(self) -> Inexact[Array, "3"]:
         """``(0, d2, 0)``: the disk turns about E2 only; d2 is m0's polar moment about its CM."""
         return jnp.array([0.0, 1.0, 0.0]) * self.d2
 
-    def body_angular_acceleration(self, x, f) -> Float[Array, "3"]:
+    def body_angular_acceleration(self, x, f) -> Inexact[Array, "3"]:
         """Ω̇ = −φ̈ e2 ``(3,)`` (5.30) from the vector field's output ``f = ẋ``."""
         phi_ddot = f[2 * self.n + 1]
         return jnp.stack([0.0 * phi_ddot, -phi_ddot, 0.0 * phi_ddot])

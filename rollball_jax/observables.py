@@ -11,7 +11,7 @@ For the disk the GC position is z = z_a − r(φ − φ_a) (5.41): pass the init
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Inexact
 
 
 class Kinematics:
@@ -25,7 +25,7 @@ class Kinematics:
         self.theta, self.theta_dot, self.orientation, self.omega, self.gc = kin(x, z_a=z_a, phi_a=phi_a)
 
 
-def mass_positions_body(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, "n 3"]:
+def mass_positions_body(model, x, z_a=0.0, phi_a=0.0) -> Inexact[Array, "n 3"]:
     """ζ_i(θ_i): each point mass in the body frame translated to the GC, ``(n, 3)``."""
     k = Kinematics(model, x, z_a, phi_a)
     return model.rails.positions(k.theta)
@@ -37,7 +37,7 @@ def _all_positions_body(model, theta):
     return m, zeta
 
 
-def system_cm_body(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, "3"]:
+def system_cm_body(model, x, z_a=0.0, phi_a=0.0) -> Inexact[Array, "3"]:
     """Total system CM Σ m_i ζ_i / M (i = 0…n, ζ0 = χ0), body frame at the GC, ``(3,)``."""
     k = Kinematics(model, x, z_a, phi_a)
     m, zeta = _all_positions_body(model, k.theta)
@@ -50,7 +50,7 @@ def to_spatial(model, x, v_body, z_a=0.0, phi_a=0.0):
     return k.gc + jnp.einsum("ij,...j->...i", k.orientation, v_body)
 
 
-def energy(model, x, z_a=0.0, phi_a=0.0) -> Float[Array, ""]:
+def energy(model, x, z_a=0.0, phi_a=0.0) -> Inexact[Array, ""]:
     """Total energy T + V (Putkaradze & Rogers, eqs. 5.3, 5.4), V relative to the GC's height.
 
     T = ½ Σ m_i |Y_i|² + ½ ⟨Ω, 𝕀Ω⟩ with body velocities Y_i = Ω × (rΓ + ζ_i) + θ̇_i ζ′_i

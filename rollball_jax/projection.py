@@ -37,7 +37,9 @@ from __future__ import annotations
 import diffrax as dfx
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
+
+from ._typing import FloatInput
 
 from .errors import ModelError
 from .models import AbstractModel, Ball
@@ -62,7 +64,7 @@ def _normalise(x, start: int):
     return jnp.concatenate([x[..., :start], q, x[..., start + 4 :]], axis=-1)
 
 
-def project_versor(model: Ball, x: Float[ArrayLike, "... N"]) -> Float[Array, "... N"]:
+def project_versor(model: Ball, x: FloatInput["... N"]) -> Float[Array, "... N"]:
     """``x`` with its versor replaced by q/|q| (the nearest point of S³); works on ``(..., N)``.
 
     The other components are returned unchanged. Differentiable (except at q = 0).
@@ -75,7 +77,7 @@ def project_versor(model: Ball, x: Float[ArrayLike, "... N"]) -> Float[Array, ".
     return _normalise(x, sl.start)
 
 
-def versor_norm_error(model: Ball, xs: Float[ArrayLike, "... N"]) -> Float[Array, "..."]:
+def versor_norm_error(model: Ball, xs: FloatInput["... N"]) -> Float[Array, "..."]:
     """|q| − 1 of every state in ``xs`` ``(..., N)`` (the drift that projection removes)."""
     sl = versor_slice(model)
     xs = jnp.asarray(xs)

@@ -22,7 +22,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Inexact, PyTree
+
+from ._typing import ArrayInput, FloatInput
 
 from .errors import ModelError, concrete
 from .geometry import paper_rail_rotation
@@ -31,7 +33,7 @@ from .geometry import paper_rail_rotation
 _CHECK_SAMPLES = 4097
 
 
-def _rows(x: ArrayLike, k: int | None, tail: tuple[int, ...], name: str) -> Array:
+def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Array:
     """``x`` as a float64 array of shape ``(k, *tail)``, broadcasting a single row."""
     x = jnp.asarray(x, dtype=jnp.float64)
     if x.shape == tail:
@@ -74,12 +76,12 @@ class AbstractRail(eqx.Module):
     """
 
     @abc.abstractmethod
-    def point(self, theta: Float[Array, ""]) -> Float[Array, "3"]:
+    def point(self, theta: FloatInput[""]) -> Inexact[Array, "3"]:
         """ζ(θ) for one row of parameters (``self`` unbatched); body frame at the GC."""
 
     def point_derivatives(
-        self, theta: Float[Array, ""]
-    ) -> tuple[Float[Array, "3"], Float[Array, "3"], Float[Array, "3"]]:
+        self, theta: FloatInput[""]
+    ) -> tuple[Inexact[Array, "3"], Inexact[Array, "3"], Inexact[Array, "3"]]:
         """``(ζ, ζ′, ζ″)`` at θ for one row, by nested forward-mode autodiff of ζ."""
         one = jnp.ones_like(theta)
 
@@ -104,13 +106,13 @@ class AbstractRail(eqx.Module):
         return (0.0, 2.0 * np.pi)
 
     # ---- vectorised over rows -------------------------------------------------
-    def zeta(self, theta: Float[Array, " k"]) -> Float[Array, "k 3"]:
+    def zeta(self, theta: FloatInput[" k"]) -> Inexact[Array, "k 3"]:
         """ζ for every row at its own θ (``theta`` shape ``(k,)``)."""
         return jax.vmap(lambda rail, th: rail.point(th))(self, theta)
 
     def derivatives(
-        self, theta: Float[Array, " k"]
-    ) -> tuple[Float[Array, "k 3"], Float[Array, "k 3"], Float[Array, "k 3"]]:
+        self, theta: FloatInput[" k"]
+    ) -> tuple[Inexact[Array, "k 3"], Inexact[Array, "k 3"], Inexact[Array, "k 3"]]:
         """``(ζ, ζ′, ζ″)`` for every row, each of shape ``(k, 3)``."""
         return jax.vmap(lambda rail, th: rail.point_derivatives(th))(self, theta)
 
@@ -188,8 +190,8 @@ def _check_rotation(rotation: Array, name: str = "rotation") -> None:
 class _PlanarRail(AbstractRail):
     """ζ(θ) = c + R p(θ) with ``p = (x(θ), 0, z(θ))`` in the rail frame's 1–3 plane."""
 
-    center: Float[Array, "k 3"]
-    rotation: Float[Array, "k 3 3"]
+    center: Inexact[Array, "k 3"]
+    rotation: Inexact[Array, "k 3 3"]
 
     @abc.abstractmethod
     def planar(self, theta):
@@ -224,7 +226,7 @@ class CircleRail(_PlanarRail):
     that is not proper orthonormal, or inconsistent shapes.
     """
 
-    radius: Float[Array, " k"]
+    radius: Inexact[Array, " k"]
 
     def __init__(self, radius, rotation=None, center=None):
         k = _count((radius, 0), (rotation, 2), (center, 1))
@@ -259,8 +261,8 @@ class CircleRail(_PlanarRail):
 class _TwoAxisRail(_PlanarRail):
     """Planar rail with two positive shape lengths ``a``, ``b`` ``(k,)`` [length]."""
 
-    a: Float[Array, " k"]
-    b: Float[Array, " k"]
+    a: Inexact[Array, " k"]
+    b: Inexact[Array, " k"]
 
     def __init__(self, a, b, rotation=None, center=None):
         k = _count((a, 0), (b, 0), (rotation, 2), (center, 1))
@@ -321,9 +323,9 @@ class SpokeRail(AbstractRail):
     strictly inside the ball; a mass driven past an end makes ``simulate`` raise.
     """
 
-    direction: Float[Array, "k 3"]
-    center: Float[Array, "k 3"]
-    limits: Float[Array, "k 2"]
+    direction: Inexact[Array, "k 3"]
+    center: Inexact[Array, "k 3"]
+    limits: Inexact[Array, "k 2"]
 
     def __init__(self, direction, limits, center=None):
         k = _count((direction, 1), (limits, 1), (center, 1))
@@ -445,14 +447,15 @@ class RailSet(eqx.Module):
             start += k
         return out
 
-    def _theta_by_group(self, theta: Float[Array, " n"]) -> Float[Array, " n"]:
+    def _theta_by_group(self, theta: FloatInput[" n"]) -> Inexact[Array, " n"]:
         # mass order -> concatenated-group order
         inverse = np.argsort(np.asarray(self.order, dtype=int))
+        theta = jnp.asarray(theta)
         return theta[inverse] if self.size else theta
 
     def evaluate(
-        self, theta: Float[Array, " n"]
-    ) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"], Float[Array, "n 3"]]:
+        self, theta: FloatInput[" n"]
+    ) -> tuple[Inexact[Array, "n 3"], Inexact[Array, "n 3"], Inexact[Array, "n 3"]]:
         """``(ζ, ζ′, ζ″)`` for all masses, each ``(n, 3)``, body frame at the GC (5.27)."""
         if self.size == 0:
             e = jnp.zeros((0, 3))
@@ -461,7 +464,7 @@ class RailSet(eqx.Module):
         order = np.asarray(self.order, dtype=int)
         return tuple(jnp.concatenate([p[j] for p in parts])[order] for j in range(3))
 
-    def positions(self, theta: Float[Array, " n"]) -> Float[Array, "n 3"]:
+    def positions(self, theta: FloatInput[" n"]) -> Inexact[Array, "n 3"]:
         """ζ for all masses ``(n, 3)``."""
         if self.size == 0:
             return jnp.zeros((0, 3))

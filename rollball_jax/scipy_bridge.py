@@ -32,7 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jaxtyping import ArrayLike, Float
+from jaxtyping import Float
+
+from ._typing import FloatInput, RealScalar, TimeSpan
 
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError
@@ -160,13 +162,13 @@ class ScipyResult:
 def solve_with_scipy(
     model: AbstractModel,
     control: AbstractControl,
-    x0: Float[ArrayLike, " N"],
-    t_span: tuple[float, float],
-    t_eval: Float[ArrayLike, " T"] | None = None,
+    x0: FloatInput[" N"],
+    t_span: TimeSpan,
+    t_eval: FloatInput[" T"] | None = None,
     *,
     method: str = "Radau",
-    rtol: float = 1e-10,
-    atol: float = 1e-10,
+    rtol: RealScalar = 1e-10,
+    atol: RealScalar = 1e-10,
     restart_at_kinks: bool = True,
     **options,
 ) -> ScipyResult:

@@ -46,7 +46,9 @@ from collections.abc import Callable
 import diffrax as dfx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
+
+from ._typing import FloatInput, RealScalar, TimeSpan
 
 from . import discrete_adjoint
 from .errors import ModelError, concrete
@@ -90,17 +92,17 @@ def resolve_adjoint(adjoint: str | dfx.AbstractAdjoint = "discrete", checkpoints
 def trajectory(
     model,
     control,
-    x0: Float[ArrayLike, " N"],
-    ts: Float[ArrayLike, " T"],
+    x0: FloatInput[" N"],
+    ts: FloatInput[" T"],
     *,
     solver: dfx.AbstractSolver | None = None,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    rtol: RealScalar = DEFAULT_RTOL,
+    atol: RealScalar = DEFAULT_ATOL,
     max_steps: int = DERIVATIVE_MAX_STEPS,
     adjoint: str | dfx.AbstractAdjoint = "discrete",
     checkpoints: int | None = None,
     tangent_control: bool = True,
-    dtmax: float | None = None,
+    dtmax: RealScalar | None = None,
     throw: bool = True,
 ) -> Float[Array, "T N"]:
     """States at the save times ``ts`` ``(T,)`` (``t0 = ts[0]``, strictly increasing), shape ``(T, N)``.
@@ -151,7 +153,7 @@ def _check_inputs(model, control, x0, rtol, atol, max_steps) -> None:
         checks.state(model, x)
 
 
-def final_state(model, control, x0, t_span: tuple[float, float], **solve_kw) -> Float[Array, " N"]:
+def final_state(model, control, x0, t_span: TimeSpan, **solve_kw) -> Float[Array, " N"]:
     """State at ``t_span[1]`` ``(N,)``; keywords as :func:`trajectory`."""
     return trajectory(model, control, x0, jnp.asarray(t_span, dtype=jnp.float64), **solve_kw)[-1]
 
@@ -168,7 +170,7 @@ def final_gc(model, control, x0, t_span, *, z_a: float = 0.0, **solve_kw) -> Flo
     return gc_position(model, final_state(model, control, x0, t_span, **solve_kw), x0, z_a)
 
 
-def distance_to_target(model, control, x0, t_span, target: Float[ArrayLike, "2"], *, z_a: float = 0.0, **solve_kw) -> Float[Array, ""]:
+def distance_to_target(model, control, x0, t_span, target: FloatInput["2"], *, z_a: float = 0.0, **solve_kw) -> Float[Array, ""]:
     """Horizontal distance |z_GC(t1) − target| between the final GC and ``target`` (2,).
 
     Written as sqrt(d² + tiny) so its gradient stays finite at d = 0.
@@ -186,8 +188,8 @@ def running_cost(
     integrand: Callable[[Array, Array], Array],
     *,
     solver: dfx.AbstractSolver | None = None,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    rtol: RealScalar = DEFAULT_RTOL,
+    atol: RealScalar = DEFAULT_ATOL,
     max_steps: int = DERIVATIVE_MAX_STEPS,
     adjoint: str | dfx.AbstractAdjoint = "discrete",
     checkpoints: int | None = None,

@@ -18,7 +18,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
+
+from ._typing import FloatInput, RealScalar, TimeSpan
 
 from . import checks
 from .controls import AbstractControl
@@ -53,8 +55,8 @@ def stepsize_controller(control: AbstractControl, rtol, atol, pcoeff=0.0, icoeff
 def integrate(
     model: AbstractModel,
     control: AbstractControl,
-    x0: Float[ArrayLike, " N"],
-    ts: Float[ArrayLike, " T"],
+    x0: FloatInput[" N"],
+    ts: FloatInput[" T"],
     *,
     t0: float | Array | None = None,
     t1: float | Array | None = None,
@@ -223,16 +225,16 @@ class Solution:
 def simulate(
     model: AbstractModel,
     control: AbstractControl,
-    x0: Float[ArrayLike, " N"],
-    t_span: tuple[float, float] = (0.0, 20.0),
+    x0: FloatInput[" N"],
+    t_span: TimeSpan = (0.0, 20.0),
     *,
-    ts: Float[ArrayLike, " T"] | None = None,
+    ts: FloatInput[" T"] | None = None,
     n_save: int = DEFAULT_SAVE_POINTS,
     solver: dfx.AbstractSolver | None = None,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    rtol: RealScalar = DEFAULT_RTOL,
+    atol: RealScalar = DEFAULT_ATOL,
     max_steps: int = DEFAULT_MAX_STEPS,
-    dt0: float | None = None,
+    dt0: RealScalar | None = None,
     z_a: float = 0.0,
 ) -> Solution:
     """Simulate ``model`` driven by ``control`` from ``x0`` over ``t_span``.

@@ -27,6 +27,19 @@ def _memory_maps() -> tuple[int, int] | None:
         return None
 
 
+@pytest.fixture
+def unchecked_types():
+    """Run a test with jaxtyping's run-time checks off: for tests that pass ill-typed input on
+    purpose (``control=None``, ``max_steps=1.5``) to see the package's own error message,
+    which the checks (on for the suite, see ``pyproject.toml``) would pre-empt."""
+    import jaxtyping
+
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    yield
+    jaxtyping.config.update("jaxtyping_disable", before)
+
+
 @pytest.fixture(autouse=True)
 def _bound_compiled_code():
     """Drop JAX's compiled executables when they hold too many memory mappings.

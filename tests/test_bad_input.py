@@ -199,12 +199,12 @@ def test_initial_state_outside_the_shell_is_refused():
         (dict(ts=[0.0, NAN]), "'ts'"),
     ],
 )
-def test_bad_settings_name_the_argument(ball, kwargs, name):
+def test_bad_settings_name_the_argument(ball, kwargs, name, unchecked_types):
     with pytest.raises(ModelError, match=name):
         rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), **kwargs)
 
 
-def test_bad_control_and_force_name_the_argument(ball):
+def test_bad_control_and_force_name_the_argument(ball, unchecked_types):
     with pytest.raises(ModelError, match="'control' must be a rollball_jax control"):
         rb.simulate(ball, None, PAPER_BALL_X0, (0.0, 1.0))
     with pytest.raises(ModelError, match="'control' must be"):

@@ -392,7 +392,7 @@ def test_group_vector_field_equals_the_model_and_propagates_nan():
     assert "stablehlo.sine" in jax.jit(lambda t, X: plain(t, X, bl, ul)).lower(ts, x[0]).as_text()
 
 
-def test_strategies_are_objects_with_their_own_options(batch4, lockstep4):
+def test_strategies_are_objects_with_their_own_options(batch4, lockstep4, unchecked_types):
     """A name stands for the strategy with its default options (``"lockstep"`` is
     ``Lockstep()``: group 256 rounds to 8 here, as ``group_size=2`` does, so the results are
     bit for bit those of the fixture); options a strategy does not have, bad values and

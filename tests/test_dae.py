@@ -28,7 +28,7 @@ def ode(reference):
 # ---- projection --------------------------------------------------------------------------
 
 
-def test_project_versor():
+def test_project_versor(unchecked_types):
     ball = make_paper_ball()
     x = np.asarray(PAPER_BALL_X0).copy()
     x[Q] = [2.0, 0.0, 1.0, -2.0]
@@ -88,7 +88,7 @@ def dae():
     return dae_module
 
 
-def test_dae_residual_and_iteration_matrix(dae):
+def test_dae_residual_and_iteration_matrix(dae, unchecked_types):
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
     rng = np.random.default_rng(5)
     x = np.asarray(PAPER_BALL_X0) + 0.2 * rng.normal(size=15)

@@ -30,7 +30,7 @@ app = typer.Typer(
 from ._cli_common import EXIT_INVALID_INPUT, EXIT_RUN_FAILED, _fail  # noqa: E402,F401
 
 
-def _version_callback(value: bool) -> None:
+def _version_callback(value: bool | None) -> None:
     if value:
         from .. import __version__
 

@@ -84,6 +84,7 @@ import diffrax as dfx
 import jax
 import numpy as np
 
+from .._typing import RealScalar, TimeSpan
 from ..controls import AbstractControl, ConstantControl, CubicSplineControl, PaperStep, PiecewiseLinearControl
 from ..errors import ConfigError, ModelError
 from ..forces import ConstantForce
@@ -310,7 +311,7 @@ class RunConfig:
     model: Ball | Disk
     control: AbstractControl
     x0: np.ndarray
-    t_span: tuple[float, float]
+    t_span: TimeSpan
     ts: np.ndarray
     ts_requested: np.ndarray
     n_save: int | None
@@ -351,8 +352,8 @@ class RunConfig:
     def with_overrides(
         self,
         *,
-        rtol: float | None = None,
-        atol: float | None = None,
+        rtol: RealScalar | None = None,
+        atol: RealScalar | None = None,
         solver: str | None = None,
         max_steps: int | None = None,
         n_save: int | None = None,

@@ -79,6 +79,7 @@ from typing import Any
 
 import numpy as np
 
+from .._typing import RealScalar
 from ..errors import ConfigError, RollballError
 
 try:
@@ -221,7 +222,7 @@ class SweepSpec:
     mode: str = "adaptive"
     chunk: int = 256
     group_size: int = 256
-    dt: float | None = None
+    dt: RealScalar | None = None
     build: str = "each"
     source: str | None = None
 

@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, PartitionSpec
 
+from .._typing import RealScalar, TimeSpan
 from .. import _xla_flags, checks
 from ..errors import ModelError
 from ..models import AbstractModel
@@ -360,16 +361,16 @@ def simulate_batch(
     models,
     controls,
     x0s,
-    t_span: tuple[float, float] | None = None,
+    t_span: TimeSpan | None = None,
     *,
     ts=None,
     n_save: int = 21,
     strategy: AbstractBatchStrategy | str = Adaptive(),
     solver: dfx.AbstractSolver | None = None,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    rtol: RealScalar = DEFAULT_RTOL,
+    atol: RealScalar = DEFAULT_ATOL,
     max_steps: int = DEFAULT_MAX_STEPS,
-    dt0: float | None = None,
+    dt0: RealScalar | None = None,
     devices=None,
     control_axis: int | None = 0,
     unit: int = 4096,

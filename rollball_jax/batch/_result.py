@@ -27,7 +27,7 @@ STATUS_NAMES[STATUS_NONFINITE_FIELD] = "nonfinite_vector_field"
 STATUS_NAMES[STATUS_RAIL_LEFT] = "rail_left"
 
 
-def status_name(code: int) -> str:
+def status_name(code: int | np.integer) -> str:
     """Name of a member status code (diffrax ``RESULTS`` name, or ``invalid_config``)."""
     return STATUS_NAMES.get(int(code), f"code_{int(code)}")
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import equinox as eqx
 
+from .._typing import RealScalar
 from ..errors import ModelError
 
 
@@ -98,7 +99,7 @@ class Fixed(AbstractGroupStrategy):
     """
 
     name: ClassVar[str] = "fixed"
-    dt: float | None = None
+    dt: RealScalar | None = None
     refine: bool = True
 
     def __check_init__(self):

@@ -45,7 +45,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
+
+from .._typing import ArrayInput, FloatInput, RealScalar, TimeSpan
 
 from ..controls import AbstractControl, ConstantControl, _natural_spline_operator
 from ..errors import ModelError, SimulationError
@@ -57,13 +59,13 @@ from ..rails import CircleRail, EllipseRail, FigureEightRail
 def riccati(
     A: Callable[[Array], Float[Array, "N N"]],
     B: Callable[[Array], Float[Array, "N n"]],
-    Q: Float[ArrayLike, "N N"] | Callable[[Array], Float[Array, "N N"]],
-    R: Float[ArrayLike, "n n"],
-    Qf: Float[ArrayLike, "N N"],
-    ts: Float[ArrayLike, " G"],
+    Q: FloatInput["N N"] | Callable[[Array], Float[Array, "N N"]],
+    R: FloatInput["n n"],
+    Qf: FloatInput["N N"],
+    ts: FloatInput[" G"],
     *,
-    rtol: float = 1e-9,
-    atol: float = 1e-9,
+    rtol: RealScalar = 1e-9,
+    atol: RealScalar = 1e-9,
     max_steps: int = 100_000,
 ) -> Float[Array, "G N N"]:
     """``P(t)`` at the increasing times ``ts`` ``(G,)`` of the Riccati ODE above, with
@@ -137,7 +139,7 @@ def _wrap_angles(d, wrap: tuple[int, ...]):
     return d.at[idx].set(jnp.mod(d[idx] + jnp.pi, 2.0 * jnp.pi) - jnp.pi)
 
 
-def state_error(x: Float[ArrayLike, " N"], x_bar: Float[ArrayLike, " N"], versor_index: int | None = None,
+def state_error(x: FloatInput[" N"], x_bar: FloatInput[" N"], versor_index: int | None = None,
                 wrap: tuple[int, ...] = ()) -> Float[Array, " M"]:
     """Error ``e = φ(x, x̄)`` of a state ``x`` ``(N,)`` from the nominal ``x̄`` ``(N,)``.
 
@@ -165,7 +167,7 @@ def state_error(x: Float[ArrayLike, " N"], x_bar: Float[ArrayLike, " N"], versor
     return jnp.concatenate([_wrap_angles(x[:k] - x_bar[:k], wrap), 2.0 * s * r[1:], x[k + 4 :] - x_bar[k + 4 :]])
 
 
-def state_retract(x_bar: Float[ArrayLike, " N"], e: Float[ArrayLike, " M"], versor_index: int | None = None) -> Float[Array, " N"]:
+def state_retract(x_bar: FloatInput[" N"], e: FloatInput[" M"], versor_index: int | None = None) -> Float[Array, " N"]:
     """The state ``x = ψ(x̄, e)`` ``(N,)`` with error ``e`` from ``x̄`` (the inverse of
     :func:`state_error`): ``x̄ + e``, or with a versor at ``k = versor_index`` (``e``
     ``(N − 1,)``), ``q = q̄̂ ⊗ (√(1 − |δφ|²/4), δφ/2)``, a unit versor (``|δφ|`` > 2 is
@@ -232,8 +234,8 @@ class TVLQRControl(AbstractControl):
     knots: Float[Array, " G"]
     x_nominal: Float[Array, "G N"]
     x_second: Float[Array, "G N"]
-    gains: Float[Array, "G n N"]
-    gains_second: Float[Array, "G n N"]
+    gains: Float[Array, "G n M"]
+    gains_second: Float[Array, "G n M"]
     u_max: Float[Array, ""] | None = None
     versor_index: int | None = eqx.field(static=True, default=None)
     wrap: tuple[int, ...] = eqx.field(static=True, default=())
@@ -287,16 +289,16 @@ def _linearisation(model, control, t, x):
 def tvlqr(
     model: AbstractModel,
     control: AbstractControl,
-    x0: Float[ArrayLike, " N"],
-    t_span: tuple[float, float],
-    Q: Float[ArrayLike, "N N"] | None = None,
-    R: Float[ArrayLike, "n n"] | None = None,
-    Qf: Float[ArrayLike, "N N"] | None = None,
+    x0: FloatInput[" N"],
+    t_span: TimeSpan,
+    Q: FloatInput["M M"] | None = None,
+    R: FloatInput["n n"] | None = None,
+    Qf: FloatInput["M M"] | None = None,
     *,
     n_grid: int = 401,
-    rtol: float = 1e-10,
-    atol: float = 1e-10,
-    nominal: tuple[ArrayLike, ArrayLike] | None = None,
+    rtol: RealScalar = 1e-10,
+    atol: RealScalar = 1e-10,
+    nominal: tuple[ArrayInput, ArrayInput] | None = None,
     u_max: float | None = None,
     error: str = "full",
 ) -> TVLQRControl:

@@ -38,8 +38,10 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 from tqdm.auto import tqdm
 
+from .._typing import RealScalar
 from .costs import Cost
 from .problem import DesignProblem, Evaluation
+from .shooting import MultipleShooting
 
 LEAST_SQUARES = {"lm": optx.LevenbergMarquardt, "gn": optx.GaussNewton, "dogleg": optx.Dogleg}
 MINIMISERS = {"bfgs": optx.BFGS}
@@ -99,7 +101,7 @@ def cost_fn(params: PyTree, args) -> tuple[jax.Array, jax.Array]:
 
 
 @eqx.filter_jit
-def value_and_grad(params: PyTree, problem: DesignProblem, cost: Cost):
+def value_and_grad(params: PyTree, problem: DesignProblem | MultipleShooting, cost: Cost):
     """(cost, d cost / d params), jit-compiled once per structure (reverse mode)."""
     return jax.value_and_grad(lambda p: cost_fn(p, (problem, cost))[0])(params)
 
@@ -110,7 +112,7 @@ def _value_and_grad_aux(params, problem, cost):
 
 
 @eqx.filter_jit
-def residuals_and_jacobian(params: PyTree, problem: DesignProblem, cost: Cost):
+def residuals_and_jacobian(params: PyTree, problem: DesignProblem | MultipleShooting, cost: Cost):
     """(residuals (m,), Jacobian pytree) by forward mode."""
     f = lambda p: residual_fn(p, (problem, cost))[0]  # noqa: E731
     return f(params), jax.jacfwd(f)(params)
@@ -144,7 +146,7 @@ def _adam_step(y, opt_state, problem, cost):
 
 
 @eqx.filter_jit
-def _report(params, problem: DesignProblem, cost: Cost, xs):
+def _report(params, problem: DesignProblem | MultipleShooting, cost: Cost, xs):
     """Cost, breakdown and metrics of a trajectory already computed (no solve)."""
     ev = problem.wrap(params, problem.sample_ts, xs)
     return cost(ev), cost.breakdown(ev), cost.metrics(ev)
@@ -177,7 +179,7 @@ class DesignResult:
     value, breakdown, metrics : final cost, per-term weighted values, term metrics.
     """
 
-    problem: DesignProblem
+    problem: DesignProblem | MultipleShooting
     cost: Cost
     params: PyTree
     method: str
@@ -225,14 +227,14 @@ class DesignResult:
 
 
 def optimize(
-    problem: DesignProblem,
+    problem: DesignProblem | MultipleShooting,
     cost: Cost,
     params: PyTree | None = None,
     *,
     method: str = "lm",
     max_steps: int = 100,
-    rtol: float = 1e-10,
-    atol: float = 1e-12,
+    rtol: RealScalar = 1e-10,
+    atol: RealScalar = 1e-12,
     target_cost: float | None = None,
     patience: int | None = 20,
     stall_rtol: float = 1e-6,
@@ -362,7 +364,7 @@ def optimize(
 
 
 def continuation(
-    problem: DesignProblem,
+    problem: DesignProblem | MultipleShooting,
     stages: list[Cost],
     params: PyTree | None = None,
     **optimize_kw,

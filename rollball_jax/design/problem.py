@@ -27,7 +27,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Float, PyTree
+
+from .._typing import ArrayInput, FloatInput, RealScalar
 
 from ..controls import AbstractControl, CubicSplineControl, PiecewiseLinearControl
 from ..errors import ModelError
@@ -158,18 +160,18 @@ class DesignProblem(eqx.Module):
     def __init__(
         self,
         model: AbstractModel,
-        x0: Float[ArrayLike, " N"],
+        x0: FloatInput[" N"],
         horizon: float,
         n_knots: int = 8,
         *,
-        knots: Float[ArrayLike, " K"] | None = None,
+        knots: FloatInput[" K"] | None = None,
         control: str = "spline",
         free_masses: Sequence[int] | None = None,
-        fixed_values: Float[ArrayLike, "n K"] | None = None,
+        fixed_values: FloatInput["n K"] | None = None,
         free_initial_angles: bool | Sequence[int] = False,
         n_samples: int = 201,
-        rtol: float = 1e-10,
-        atol: float = 1e-10,
+        rtol: RealScalar = 1e-10,
+        atol: RealScalar = 1e-10,
         solver: dfx.AbstractSolver | None = None,
         max_steps: int = 20_000,
         z_a: float = 0.0,
@@ -225,7 +227,7 @@ class DesignProblem(eqx.Module):
     def n_knots(self) -> int:
         return int(self.template.knots.shape[0])
 
-    def initial_params(self, values: ArrayLike | None = None, theta0: ArrayLike | None = None) -> dict:
+    def initial_params(self, values: ArrayInput | None = None, theta0: ArrayInput | None = None) -> dict:
         """Parameter pytree: ``values`` ``(n_free, K)`` (default 0) and, if any initial
         angle is free, ``theta0`` (default: the angles in ``x0``)."""
         shape = (len(self.free_masses), self.n_knots)
@@ -277,7 +279,7 @@ class DesignProblem(eqx.Module):
                         max_steps=self.max_steps, adjoint=adjoint, throw=False)
         return Evaluation(self.model, control, x0, ts, xs, self.context(x0))
 
-    def wrap(self, params: PyTree, ts: ArrayLike, xs: ArrayLike) -> Evaluation:
+    def wrap(self, params: PyTree, ts: ArrayInput, xs: ArrayInput) -> Evaluation:
         """An :class:`Evaluation` of a trajectory computed elsewhere (e.g. SciPy)."""
         x0 = self.initial_state(params)
         return Evaluation(self.model, self.control(params), x0, jnp.asarray(ts, dtype=jnp.float64),

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._typing import RealScalar
 from .costs import (
     ContactFeasibility,
     Continuity,
@@ -210,8 +211,8 @@ def run_experiment(
     plots: bool = True,
     method: str = "lm",
     max_steps: int = 200,
-    rtol: float = 1e-9,
-    atol: float = 1e-12,
+    rtol: RealScalar = 1e-9,
+    atol: RealScalar = 1e-12,
     hold: float = 0.0,
     refine: int = 8,
     title: str = "",

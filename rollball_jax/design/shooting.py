@@ -26,7 +26,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Float, PyTree
+
+from .._typing import ArrayInput, RealScalar
 
 from ..errors import ModelError, SimulationError
 from ..sensitivity import trajectory
@@ -90,8 +92,8 @@ class MultipleShooting(eqx.Module):
         return Continuity(self.pairs, weight)
 
     # ---- parameters ---------------------------------------------------------------------
-    def initial_params(self, values: ArrayLike | None = None, theta0: ArrayLike | None = None,
-                       nodes: ArrayLike | None = None) -> dict:
+    def initial_params(self, values: ArrayInput | None = None, theta0: ArrayInput | None = None,
+                       nodes: ArrayInput | None = None) -> dict:
         """The problem's parameters plus ``nodes`` ``(S − 1, N)``. Default nodes: the
         single-shooting trajectory of the initial controls at the boundaries (``rb.simulate``);
         where it fails or is non-finite, the initial state."""
@@ -146,14 +148,14 @@ class MultipleShooting(eqx.Module):
         x0 = self.initial_state(params)
         return Evaluation(p.model, control, x0, seg_ts.reshape(-1), xs.reshape(-1, xs.shape[-1]), p.context(x0))
 
-    def defects(self, params: PyTree) -> Float[Array, "S-1 N"]:
+    def defects(self, params: PyTree) -> Float[Array, "_ N"]:
         """``(S − 1, N)`` continuity defects x(τ_{s+1}; node_s) − node_{s+1}."""
         ev = self.evaluate(params)
         j = np.asarray(self.pairs, dtype=int)
         return ev.xs[j] - ev.xs[j + 1]
 
-    def nominal(self, params: PyTree, per_segment: int = 50, rtol: float = 1e-11,
-                atol: float = 1e-11) -> tuple[np.ndarray, np.ndarray]:
+    def nominal(self, params: PyTree, per_segment: int = 50, rtol: RealScalar = 1e-11,
+                atol: RealScalar = 1e-11) -> tuple[np.ndarray, np.ndarray]:
         """The designed motion, densely: each segment solved from its own start with
         ``rb.simulate`` on ``per_segment + 1`` equally spaced times, joined at the nodes
         (the segment's end replaced by the next node: a jump of one defect; a node's versor
@@ -177,7 +179,7 @@ class MultipleShooting(eqx.Module):
             xs.append(np.asarray(sol.xs) if last else np.asarray(sol.xs)[:-1])
         return np.concatenate(ts), np.concatenate(xs)
 
-    def wrap(self, params: PyTree, ts: ArrayLike, xs: ArrayLike) -> Evaluation:
+    def wrap(self, params: PyTree, ts: ArrayInput, xs: ArrayInput) -> Evaluation:
         x0 = self.initial_state(params)
         return Evaluation(self.problem.model, self.control(params), x0, jnp.asarray(ts, dtype=jnp.float64),
                           jnp.asarray(xs, dtype=jnp.float64), self.problem.context(x0))

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .._typing import RealScalar
 from .costs import Cost
 from .problem import DesignProblem
 
@@ -58,8 +59,8 @@ def resimulate(
     *,
     refine: int = 8,
     t_end: float | None = None,
-    rtol: float = 1e-12,
-    atol: float = 1e-12,
+    rtol: RealScalar = 1e-12,
+    atol: RealScalar = 1e-12,
     method: str = "DOP853",
     control=None,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -152,7 +153,7 @@ class Verification:
 
 
 def verify(result_or_problem, cost: Cost | None = None, params=None, *, refine: int = 8, hold: float = 0.0,
-           rtol: float = 1e-12, atol: float = 1e-12, design_xs: np.ndarray | None = None,
+           rtol: RealScalar = 1e-12, atol: RealScalar = 1e-12, design_xs: np.ndarray | None = None,
            control=None) -> Verification:
     """Re-simulate a design independently and report its true figures.
 

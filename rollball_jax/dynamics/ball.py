@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Inexact
 
+from .._typing import FloatInput
 from ..geometry import quat_multiply, rotation_matrix, sharp
 from ._linalg import solve3
 
 
-def ball_state_split(x: Float[Array, " 2n+9"], n: int):
+def ball_state_split(x: Inexact[Array, " N"], n: int):
     """Split x = [θ (n), θ̇ (n), q (4), Ω (3), z (2)] (7.1) into its parts."""
     return x[:n], x[n : 2 * n], x[2 * n : 2 * n + 4], x[2 * n + 4 : 2 * n + 7], x[2 * n + 7 : 2 * n + 9]
 
@@ -28,7 +29,7 @@ def _all_masses(model, theta, theta_dot, u):
     return m, zeta, dzeta, ddzeta, theta_dot, u
 
 
-def system_matrix(m: Float[Array, " n1"], s: Float[Array, "n1 3"], inertia: Float[Array, "3"]) -> Float[Array, "3 3"]:
+def system_matrix(m: Inexact[Array, " n1"], s: Inexact[Array, "n1 3"], inertia: Inexact[Array, "3"]) -> Inexact[Array, "3 3"]:
     """Σ_i m_i ŝ_i² − 𝕀 (Putkaradze & Rogers, eq. 5.23/7.4), using ŝ² = s sᵀ − |s|² 1.
 
     Negative definite whenever the moments d_i are positive.
@@ -38,7 +39,7 @@ def system_matrix(m: Float[Array, " n1"], s: Float[Array, "n1 3"], inertia: Floa
     return ss - trace * jnp.eye(3) - jnp.diag(inertia)
 
 
-def ball_vector_field(t, x: Float[Array, " 2n+9"], model, control) -> Float[Array, " 2n+9"]:
+def ball_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, " N"]:
     """Right-hand side of the rolling ball ODE (Putkaradze & Rogers, eq. 7.2).
 
     Parameters

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Inexact
 
+from .._typing import FloatInput
 from .ball import _all_masses
 
 
-def disk_vector_field(t, x: Float[Array, " 2n+2"], model, control) -> Float[Array, " 2n+2"]:
+def disk_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, " N"]:
     """Right-hand side of the rolling disk ODE (Putkaradze & Rogers, eq. 6.2).
 
     Parameters

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from .._typing import ArrayInput
 
 from ..checks import positive, principal_moments  # noqa: F401  (shared with the Ball; used as _common.*)
 from ..errors import ModelError, concrete
@@ -19,7 +21,7 @@ from ..geometry import quat_multiply, sharp
 IDENTITY_VERSOR = (1.0, 0.0, 0.0, 0.0)
 
 
-def scalar(x: ArrayLike, name: str) -> Float[Array, ""]:
+def scalar(x: ArrayInput, name: str) -> Inexact[Array, ""]:
     """``x`` as a float64 scalar; ``ModelError`` if not a finite scalar."""
     x = jnp.asarray(x, dtype=jnp.float64)
     if x.shape != ():
@@ -28,7 +30,7 @@ def scalar(x: ArrayLike, name: str) -> Float[Array, ""]:
     return x
 
 
-def vector(x: ArrayLike, name: str, size: int = 3) -> Float[Array, " size"]:
+def vector(x: ArrayInput, name: str, size: int = 3) -> Inexact[Array, " size"]:
     """``x`` as a float64 array of shape ``(size,)``; ``ModelError`` otherwise or if not finite."""
     x = jnp.asarray(x, dtype=jnp.float64)
     if x.shape != (size,):
@@ -43,7 +45,7 @@ def finite(x, name: str) -> None:
         raise ModelError(f"'{name}' must be finite; got {np.asarray(v).tolist()}")
 
 
-def versor(q: ArrayLike, name: str = "q") -> Float[Array, "4"]:
+def versor(q: ArrayInput, name: str = "q") -> Inexact[Array, "4"]:
     """A unit quaternion ``(4,)`` (|q| = 1 to 1e-8, as :meth:`rollball_jax.Ball.initial_state`)."""
     q = vector(q, name, 4)
     qv = concrete(q)
@@ -52,12 +54,12 @@ def versor(q: ArrayLike, name: str = "q") -> Float[Array, "4"]:
     return q
 
 
-def q_dot_body(q: Float[Array, "4"], omega_body: Float[Array, "3"]) -> Float[Array, "4"]:
+def q_dot_body(q: Inexact[Array, "4"], omega_body: Inexact[Array, "3"]) -> Inexact[Array, "4"]:
     """q̇ = ½ q Ω♯ with Ω the body angular velocity (Putkaradze & Rogers, eq. 2.21)."""
     return 0.5 * quat_multiply(q, sharp(omega_body))
 
 
-def q_dot_spatial(q: Float[Array, "4"], omega_spatial: Float[Array, "3"]) -> Float[Array, "4"]:
+def q_dot_spatial(q: Inexact[Array, "4"], omega_spatial: Inexact[Array, "3"]) -> Inexact[Array, "4"]:
     """q̇ = ½ ω♯ q with ω = ΛΩ the spatial angular velocity (2.21 with Ω♯ = q⁻¹ ω♯ q, 2.17)."""
     return 0.5 * quat_multiply(sharp(omega_spatial), q)
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from .._typing import ArrayInput, FloatInput
 
 from . import _common
 
@@ -34,7 +36,7 @@ _DUPLICATIONS = 16  # each step shrinks the spread of (x, y, z) by ~4; the serie
 
 
 @jax.jit  # compiled once per argument shape, also when called eagerly
-def carlson_rd(x: Float[ArrayLike, "..."], y: Float[ArrayLike, "..."], z: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+def carlson_rd(x: FloatInput["..."], y: FloatInput["..."], z: FloatInput["..."]) -> Inexact[Array, "..."]:
     """Carlson's R_D(x, y, z) = (3/2) ∫₀^∞ dt / ((t + z) √((t + x)(t + y)(t + z))) (DLMF 19.16.5).
 
     x, y ≥ 0 (at most one zero), z > 0. Duplication (DLMF 19.26.18) a fixed number of
@@ -65,7 +67,7 @@ def carlson_rd(x: Float[ArrayLike, "..."], y: Float[ArrayLike, "..."], z: Float[
     return factor * series / (a * jnp.sqrt(a)) + 3.0 * total
 
 
-def ellipsoid_coefficients(a: ArrayLike, b: ArrayLike, c: ArrayLike) -> Float[Array, "3"]:
+def ellipsoid_coefficients(a: ArrayInput, b: ArrayInput, c: ArrayInput) -> Inexact[Array, "3"]:
     """Lamb's (α0, β0, γ0) of an ellipsoid with semi-axes (a, b, c) (Art. 114), ``(3,)``.
 
     α0 = (2/3) abc R_D(b², c², a²) and cyclically; dimensionless, α0 + β0 + γ0 = 2.
@@ -76,7 +78,7 @@ def ellipsoid_coefficients(a: ArrayLike, b: ArrayLike, c: ArrayLike) -> Float[Ar
     return (2.0 / 3.0) * abc * jnp.stack([carlson_rd(b2, c2, a2), carlson_rd(c2, a2, b2), carlson_rd(a2, b2, c2)])
 
 
-def prolate_spheroid_coefficients(a: ArrayLike, b: ArrayLike) -> Float[Array, "3"]:
+def prolate_spheroid_coefficients(a: ArrayInput, b: ArrayInput) -> Inexact[Array, "3"]:
     """Closed-form (α0, β0, γ0) of a prolate spheroid, semi-axes (a, b, b), a > b (Lamb Art. 114).
 
     With e = √(1 − b²/a²) and L = ln((1 + e)/(1 − e)): α0 = 2(1 − e²)/e³ (L/2 − e),
@@ -104,7 +106,7 @@ def _rotational_factor(p2, q2, coef_p, coef_q):
     return jnp.where(equal, 0.0, value)
 
 
-def ellipsoid_added_mass(a: ArrayLike, b: ArrayLike, c: ArrayLike, density: ArrayLike = 1.0) -> Float[Array, "6 6"]:
+def ellipsoid_added_mass(a: ArrayInput, b: ArrayInput, c: ArrayInput, density: ArrayInput = 1.0) -> Inexact[Array, "6 6"]:
     """6×6 added-mass matrix diag(m11, m22, m33, j11, j22, j33) of an ellipsoid (Lamb Arts. 114–115).
 
     Parameters: semi-axes ``a, b, c`` [length] along body E1, E2, E3; fluid ``density`` ρ
@@ -131,7 +133,7 @@ def ellipsoid_added_mass(a: ArrayLike, b: ArrayLike, c: ArrayLike, density: Arra
     return jnp.diag(jnp.concatenate([linear, angular]))
 
 
-def ellipsoid_inertia(a: ArrayLike, b: ArrayLike, c: ArrayLike, mass: ArrayLike) -> Float[Array, "3"]:
+def ellipsoid_inertia(a: ArrayInput, b: ArrayInput, c: ArrayInput, mass: ArrayInput) -> Inexact[Array, "3"]:
     """Principal moments of a uniform solid ellipsoid about its centre: m (b² + c²)/5, … ``(3,)``."""
     a, b, c, m = (jnp.asarray(v, dtype=jnp.float64) for v in (a, b, c, mass))
     return m / 5.0 * jnp.stack([b * b + c * c, c * c + a * a, a * a + b * b])

@@ -19,7 +19,9 @@ State (9,), as (7.1) with n = 0: x = [q0, q1, q2, q3, Ω1, Ω2, Ω3, z1, z2].
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from .._typing import ArrayInput
 
 from ..dynamics.ball import ball_state_split
 from ..errors import ModelError
@@ -30,11 +32,11 @@ from ..observables import energy as _ball_energy
 
 
 def ChaplyginBall(
-    m0: ArrayLike,
-    radius: ArrayLike,
-    inertia: ArrayLike,
-    chi0: ArrayLike = (0.0, 0.0, 0.0),
-    g: ArrayLike = 1.0,
+    m0: ArrayInput,
+    radius: ArrayInput,
+    inertia: ArrayInput,
+    chi0: ArrayInput = (0.0, 0.0, 0.0),
+    g: ArrayInput = 1.0,
     force: AbstractForce | None = None,
 ) -> Ball:
     """The rolling ball with static internal structure (5.26): ``Ball`` with no point masses.
@@ -54,7 +56,7 @@ def ChaplyginBall(
     return Ball(m0, radius, inertia, chi0, g, masses=None, rails=(), force=force)
 
 
-def chaplygin_integrals(model: Ball, x: Float[Array, "9"]) -> dict[str, Array]:
+def chaplygin_integrals(model: Ball, x: Inexact[Array, " N"]) -> dict[str, Array]:
     """Energy and the Chaplygin integrals of one state of a ball without moving masses.
 
     Returns ``energy`` () (T + V, 5.3–5.4), ``K`` (3,) = 𝕀Ω + m0 s × (Ω × s) with

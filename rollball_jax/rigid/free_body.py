@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from .._typing import ArrayInput
 
 from ..geometry import rotation_matrix
 from ..models import AbstractModel
 from . import _common
 
 
-def euler_rhs(inertia: Float[Array, "3"], omega: Float[Array, "3"]) -> Float[Array, "3"]:
+def euler_rhs(inertia: Inexact[Array, "3"], omega: Inexact[Array, "3"]) -> Inexact[Array, "3"]:
     """(𝕀Ω) × Ω, the right-hand side of 𝕀Ω̇ in (A.11) (−ad*_Ω of the momentum, A.25)."""
     return jnp.cross(inertia * omega, omega)
 
@@ -29,7 +31,7 @@ class AbstractVersorBody(AbstractModel):
     and the body angular velocity. Shares the state layout, labels, ``initial_state`` and
     the kinematic observables; subclasses give ``inertia`` ``(3,)`` and the vector field."""
 
-    inertia: eqx.AbstractVar[Float[Array, "3"]]
+    inertia: eqx.AbstractVar[Inexact[Array, "3"]]
 
     @property
     def state_size(self) -> int:
@@ -38,7 +40,7 @@ class AbstractVersorBody(AbstractModel):
     def state_labels(self) -> list[str]:
         return _common.orientation_labels() + ["Omega1", "Omega2", "Omega3"]
 
-    def initial_state(self, q: ArrayLike = _common.IDENTITY_VERSOR, Omega: ArrayLike = (0.0, 0.0, 0.0)) -> Float[Array, "7"]:
+    def initial_state(self, q: ArrayInput = _common.IDENTITY_VERSOR, Omega: ArrayInput = (0.0, 0.0, 0.0)) -> Inexact[Array, "7"]:
         """x = [q, Ω]; ``q`` must be a unit quaternion (``ModelError`` otherwise)."""
         return jnp.concatenate([_common.versor(q), _common.vector(Omega, "Omega")])
 
@@ -73,9 +75,9 @@ class FreeRigidBody(AbstractVersorBody):
     inequality (checked on concrete values only, as for :class:`rollball_jax.Ball`).
     """
 
-    inertia: Float[Array, "3"]
+    inertia: Inexact[Array, "3"]
 
-    def __init__(self, inertia: ArrayLike):
+    def __init__(self, inertia: ArrayInput):
         self.inertia = _common.principal_moments(inertia)
 
     def vector_field(self, t, x, control=None):

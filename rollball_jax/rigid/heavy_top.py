@@ -13,7 +13,9 @@ of the inertia about the pivot. Gravity is −g e3 in the spatial frame.
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from .._typing import ArrayInput
 
 from ..geometry import rotation_matrix
 from . import _common
@@ -39,12 +41,12 @@ class HeavyTop(AbstractVersorBody):
     triangle inequality, non-finite χ or g, or wrong shapes.
     """
 
-    mass: Float[Array, ""]
-    inertia: Float[Array, "3"]
-    chi: Float[Array, "3"]
-    g: Float[Array, ""]
+    mass: Inexact[Array, ""]
+    inertia: Inexact[Array, "3"]
+    chi: Inexact[Array, "3"]
+    g: Inexact[Array, ""]
 
-    def __init__(self, mass: ArrayLike, inertia: ArrayLike, chi: ArrayLike, g: ArrayLike = 1.0):
+    def __init__(self, mass: ArrayInput, inertia: ArrayInput, chi: ArrayInput, g: ArrayInput = 1.0):
         self.mass = _common.scalar(mass, "mass")
         _common.positive(self.mass, "mass")
         self.inertia = _common.principal_moments(inertia)

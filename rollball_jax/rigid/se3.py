@@ -51,7 +51,9 @@ import abc
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Inexact
+
+from .._typing import ArrayInput
 
 from ..errors import ModelError, concrete
 from ..geometry import hat, rotation_matrix
@@ -60,7 +62,7 @@ from . import _common
 from .wrench import AbstractWrench, as_wrenches, total_potential, total_wrench
 
 
-def rigid_body_inertia(mass: ArrayLike, inertia: ArrayLike, cm: ArrayLike = (0.0, 0.0, 0.0)) -> Float[Array, "6 6"]:
+def rigid_body_inertia(mass: ArrayInput, inertia: ArrayInput, cm: ArrayInput = (0.0, 0.0, 0.0)) -> Inexact[Array, "6 6"]:
     """Generalised inertia 𝕄 (6, 6) of a rigid body about the body origin O, ordering (linear, angular).
 
     ``mass`` m; ``inertia`` about the centre of mass, principal moments ``(3,)`` or a
@@ -115,10 +117,10 @@ class AbstractSE3Body(AbstractModel):
     non-finite 𝕄, a wrong shape, or a wrench that is not an ``AbstractWrench``.
     """
 
-    inertia6: Float[Array, "6 6"]
+    inertia6: Inexact[Array, "6 6"]
     wrench: tuple[AbstractWrench, ...]
 
-    def __init__(self, inertia6: ArrayLike, wrench: AbstractWrench | tuple | list | None = None):
+    def __init__(self, inertia6: ArrayInput, wrench: AbstractWrench | tuple | list | None = None):
         self.inertia6 = _check_inertia6(jnp.asarray(inertia6, dtype=jnp.float64))
         self.wrench = as_wrenches(wrench)
 
@@ -143,9 +145,9 @@ class AbstractSE3Body(AbstractModel):
         """The formulation's (v, w) from the body twist (u, Ω)."""
 
     def state_from_body(
-        self, q: ArrayLike = _common.IDENTITY_VERSOR, b: ArrayLike = (0.0, 0.0, 0.0),
-        u: ArrayLike = (0.0, 0.0, 0.0), Omega: ArrayLike = (0.0, 0.0, 0.0),
-    ) -> Float[Array, "13"]:
+        self, q: ArrayInput = _common.IDENTITY_VERSOR, b: ArrayInput = (0.0, 0.0, 0.0),
+        u: ArrayInput = (0.0, 0.0, 0.0), Omega: ArrayInput = (0.0, 0.0, 0.0),
+    ) -> Inexact[Array, "13"]:
         """State from body velocities: u = Rᵀḃ (body components of v_O) and Ω (body).
 
         The same call on the three formulations gives the same initial motion.
@@ -157,9 +159,9 @@ class AbstractSE3Body(AbstractModel):
         return jnp.concatenate([q, b, v, w])
 
     def initial_state(
-        self, q: ArrayLike = _common.IDENTITY_VERSOR, b: ArrayLike = (0.0, 0.0, 0.0),
-        v: ArrayLike = (0.0, 0.0, 0.0), w: ArrayLike = (0.0, 0.0, 0.0),
-    ) -> Float[Array, "13"]:
+        self, q: ArrayInput = _common.IDENTITY_VERSOR, b: ArrayInput = (0.0, 0.0, 0.0),
+        v: ArrayInput = (0.0, 0.0, 0.0), w: ArrayInput = (0.0, 0.0, 0.0),
+    ) -> Inexact[Array, "13"]:
         """State [q, b, v, w] in the formulation's own velocity coordinates (see ``state_labels``)."""
         return jnp.concatenate([_common.versor(q), _common.vector(b, "b"), _common.vector(v, "v"), _common.vector(w, "w")])
 

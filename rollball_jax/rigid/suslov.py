@@ -26,7 +26,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Inexact, PyTree
+
+from .._typing import ArrayInput, FloatInput
 
 from ..errors import ModelError, concrete
 from . import _common
@@ -37,16 +39,16 @@ class AbstractConstraintVector(eqx.Module):
     """ξ(t): ``__call__(t) -> (3,)``, a body-frame vector (need not be unit length)."""
 
     @abc.abstractmethod
-    def __call__(self, t: Float[ArrayLike, ""]) -> Float[Array, "3"]:
+    def __call__(self, t: FloatInput[""]) -> Inexact[Array, "3"]:
         """The constraint vector ``(3,)`` (body frame) at time ``t``."""
 
 
 class ConstantVector(AbstractConstraintVector):
     """ξ(t) = ``value`` ``(3,)`` (Suslov's original problem)."""
 
-    value: Float[Array, "3"]
+    value: Inexact[Array, "3"]
 
-    def __init__(self, value: ArrayLike):
+    def __init__(self, value: ArrayInput):
         self.value = _common.vector(value, "xi")
 
     def __call__(self, t):
@@ -89,10 +91,10 @@ class Suslov(AbstractVersorBody):
     the wrong shape, or ξ(0) = 0 (checked when ξ(0) can be evaluated concretely).
     """
 
-    inertia: Float[Array, "3"]
+    inertia: Inexact[Array, "3"]
     xi: AbstractConstraintVector
 
-    def __init__(self, inertia: ArrayLike, xi: AbstractConstraintVector | ArrayLike):
+    def __init__(self, inertia: ArrayInput, xi: AbstractConstraintVector | ArrayInput):
         self.inertia = _common.principal_moments(inertia)
         self.xi = _as_vector(xi)
         shape = jax.eval_shape(self.xi, jnp.zeros(())).shape
@@ -106,9 +108,9 @@ class Suslov(AbstractVersorBody):
             raise ModelError("ξ(0) must be a non-zero vector")
 
     def initial_state(
-        self, q: ArrayLike = _common.IDENTITY_VERSOR, Omega: ArrayLike = (0.0, 0.0, 0.0), t0: float = 0.0,
+        self, q: ArrayInput = _common.IDENTITY_VERSOR, Omega: ArrayInput = (0.0, 0.0, 0.0), t0: float = 0.0,
         project: bool = False,
-    ) -> Float[Array, "7"]:
+    ) -> Inexact[Array, "7"]:
         """x = [q, Ω] with ⟨Ω, ξ(t0)⟩ = 0.
 
         ``project=True`` removes the ξ(t0) component of Ω (the component the constraint
@@ -126,7 +128,7 @@ class Suslov(AbstractVersorBody):
                 )
         return jnp.concatenate([_common.versor(q), omega])
 
-    def multiplier(self, t, x) -> Float[Array, ""]:
+    def multiplier(self, t, x) -> Inexact[Array, ""]:
         """λ(t, x) of (A.37): −[⟨Ω, ξ̇⟩ + ⟨(𝕀Ω) × Ω, 𝕀⁻¹ξ⟩] / ⟨ξ, 𝕀⁻¹ξ⟩; ξ̇ by ``jax.jvp``."""
         omega = x[4:7]
         t = jnp.asarray(t, dtype=x.dtype)
@@ -141,11 +143,11 @@ class Suslov(AbstractVersorBody):
         omega_dot = (euler_rhs(self.inertia, omega) + self.multiplier(t, x) * xi) / self.inertia  # (A.38)
         return jnp.concatenate([_common.q_dot_body(q, omega), omega_dot])
 
-    def constraint(self, t, x) -> Float[Array, ""]:
+    def constraint(self, t, x) -> Inexact[Array, ""]:
         """⟨Ω, ξ(t)⟩ for one state (zero along exact solutions)."""
         return jnp.dot(x[4:7], self.xi(jnp.asarray(t, dtype=x.dtype)))
 
-    def constraint_values(self, ts: Float[ArrayLike, " T"], xs: Float[ArrayLike, "T 7"]) -> np.ndarray:
+    def constraint_values(self, ts: FloatInput[" T"], xs: FloatInput["T 7"]) -> np.ndarray:
         """⟨Ω(t), ξ(t)⟩ along a trajectory ``(T,)`` (e.g. ``sol.ts, sol.xs``)."""
         return np.asarray(_constraint_values(self, jnp.asarray(ts, dtype=jnp.float64), jnp.asarray(xs, dtype=jnp.float64)))
 

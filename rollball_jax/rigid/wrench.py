@@ -19,7 +19,9 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, Inexact, PyTree
+
+from .._typing import ArrayInput
 
 from ..errors import ModelError
 from . import _common
@@ -29,10 +31,10 @@ class AbstractWrench(eqx.Module):
     """``(force, torque_about_O)`` in spatial components; ``potential`` of conservative wrenches."""
 
     @abc.abstractmethod
-    def __call__(self, t, rotation: Float[Array, "3 3"], position: Float[Array, "3"]) -> tuple[Array, Array]:
+    def __call__(self, t, rotation: Inexact[Array, "3 3"], position: Inexact[Array, "3"]) -> tuple[Array, Array]:
         """``(torque, force)``, each ``(3,)``."""
 
-    def potential(self, rotation: Float[Array, "3 3"], position: Float[Array, "3"]) -> Float[Array, ""]:
+    def potential(self, rotation: Inexact[Array, "3 3"], position: Inexact[Array, "3"]) -> Inexact[Array, ""]:
         return jnp.zeros((), dtype=position.dtype)
 
 
@@ -43,11 +45,11 @@ class ConstantWrench(AbstractWrench):
     direction. ``force``, ``torque``: ``(3,)``. Not conservative (``potential`` = 0).
     """
 
-    force: Float[Array, "3"]
-    torque: Float[Array, "3"]
+    force: Inexact[Array, "3"]
+    torque: Inexact[Array, "3"]
     frame: str = eqx.field(static=True)
 
-    def __init__(self, force: ArrayLike = (0.0, 0.0, 0.0), torque: ArrayLike = (0.0, 0.0, 0.0), frame: str = "spatial"):
+    def __init__(self, force: ArrayInput = (0.0, 0.0, 0.0), torque: ArrayInput = (0.0, 0.0, 0.0), frame: str = "spatial"):
         if frame not in ("spatial", "body"):
             raise ModelError(f"ConstantWrench 'frame' must be 'spatial' or 'body'; got {frame!r}")
         self.force = _common.vector(force, "force")
@@ -67,10 +69,10 @@ class GravityWrench(AbstractWrench):
     buoyancy). Torque about O: (R c) × (−weight e3). Potential: weight ⟨e3, b + R c⟩.
     """
 
-    weight: Float[Array, ""]
-    point: Float[Array, "3"]
+    weight: Inexact[Array, ""]
+    point: Inexact[Array, "3"]
 
-    def __init__(self, weight: ArrayLike, point: ArrayLike = (0.0, 0.0, 0.0)):
+    def __init__(self, weight: ArrayInput, point: ArrayInput = (0.0, 0.0, 0.0)):
         self.weight = _common.scalar(weight, "weight")
         self.point = _common.vector(point, "point")
 

@@ -25,7 +25,6 @@ import rollball_jax as rb
 from rollball_jax.contact import cm_acceleration, cm_acceleration_jvp, contact_along, contact_force, total_mass
 from conftest import PAPER_BALL_X0, make_paper_ball, make_paper_disk
 
-rng = np.random.default_rng(11)
 _contact = eqx.filter_jit(contact_force)
 
 
@@ -51,6 +50,7 @@ _jvp_route = eqx.filter_jit(
 
 
 def test_disk_contact_force_equals_newtonian_5_44():
+    rng = np.random.default_rng(13)
     f = _contact
     worst = worst_jvp = 0.0
     for _ in range(25):
@@ -73,6 +73,7 @@ def test_disk_contact_force_equals_newtonian_5_44():
 
 
 def test_closed_form_cm_acceleration_equals_jvp_route():
+    rng = np.random.default_rng(11)
     ball = make_paper_ball()
     ball = rb.Ball(ball.m0, ball.radius, ball.inertia, ball.chi0, ball.g, ball.masses, ball.rails,
                    force=rb.ConstantForce([0.2, -0.1, 0.3]))
@@ -91,6 +92,14 @@ def test_closed_form_cm_acceleration_equals_jvp_route():
     a, b = np.asarray(closed(disk, ctl4, ts, xd)), np.asarray(generic(disk, ctl4, ts, xd))
     assert np.max(np.abs(a - b)) <= 1e-12 * max(1.0, np.abs(b).max())
     np.testing.assert_array_equal(a[:, 1], 0.0)  # the disk moves in the e1–e3 plane
+    # a ball without point masses (Chaplygin's ball, CM off the GC, external force)
+    bare = rb.Ball(1.3, 1.0, [0.8, 1.0, 1.2], [0.05, -0.1, -0.2], 1.0, force=rb.ConstantForce([0.2, -0.1, 0.3]))
+    q = rng.normal(size=(20, 4))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    xb = jnp.asarray(np.concatenate([q, rng.normal(size=(20, 5))], axis=1))
+    ctl0 = rb.ConstantControl(jnp.zeros((0,)))
+    a, b = np.asarray(closed(bare, ctl0, ts, xb)), np.asarray(generic(bare, ctl0, ts, xb))
+    assert np.max(np.abs(a - b)) <= 1e-12 * max(1.0, np.abs(b).max()) and np.abs(b).max() > 0.1
 
 
 def test_ball_at_rest_with_cm_above_gc_has_weight_as_normal_force():
@@ -106,9 +115,19 @@ def test_ball_at_rest_with_cm_above_gc_has_weight_as_normal_force():
     x = one.initial_state(theta=[np.pi / 2])
     fc = np.asarray(_contact(one, rb.ConstantControl([0.0]), 0.0, x))
     np.testing.assert_allclose(fc, [0.0, 0.0, 2.0 * 2.0], atol=1e-14)
+    # no friction needed at rest, and the friction ratio stays differentiable there (design costs
+    # use it): |F_t| is smoothed by a tiny constant instead of being sqrt(0) with an infinite slope
+    from rollball_jax.contact import ContactForces
+
+    weight = jnp.array([0.0, 0.0, 4.0])  # exactly no tangential force
+    rest = ContactForces(ts=jnp.zeros(1), force=weight[None])
+    assert 0.0 <= float(rest.friction_ratio[0]) < 1e-100 and float(rest.normal[0]) == 4.0
+    slope = jax.grad(lambda f: ContactForces(ts=jnp.zeros(1), force=f[None]).friction_ratio[0])(weight)
+    assert np.all(np.isfinite(np.asarray(slope)))
 
 
 def test_planar_ball_contact_equals_disk():
+    rng = np.random.default_rng(12)
     rails = [rb.CircleRail(0.8), rb.EllipseRail(0.4, 0.6, center=[0.1, 0.0, -0.05])]
     chi0 = [0.02, 0.0, -0.1]
     force = rb.ConstantForce([0.3, 0.0, -0.2])
@@ -140,5 +159,16 @@ def test_ball_cm_acceleration_matches_finite_differences_along_trajectory():
     cf = contact_along(ball, ctl, x0, (0.0, 3.0), ts=ts, rtol=1e-12, atol=1e-12)
     mass = float(total_mass(ball))
     np.testing.assert_allclose(np.asarray(cf.force[1::3]), mass * fd + np.array([0.0, 0.0, mass]), atol=1e-4)
+    # the derived observables, by value from the finite-difference route: N = M (g + z̈_3),
+    # F_t = M (z̈_1, z̈_2), |F_t| / N (paper ball: no external force)
+    expect = mass * fd + np.array([0.0, 0.0, mass])
+    np.testing.assert_allclose(np.asarray(cf.normal[1::3]), expect[:, 2], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(cf.tangential[1::3]), expect[:, :2], atol=1e-4)
+    ratio = np.hypot(expect[:, 0], expect[:, 1]) / expect[:, 2]
+    np.testing.assert_allclose(np.asarray(cf.friction_ratio[1::3]), ratio, rtol=1e-4)
+    full = np.asarray(cf.force)
+    np.testing.assert_allclose(np.asarray(cf.friction_ratio), np.hypot(full[:, 0], full[:, 1]) / full[:, 2], rtol=1e-12)
     s = cf.summary()
-    assert s["min_normal"] > 0 and np.isfinite(s["max_friction_ratio"])
+    assert s["min_normal"] == np.min(full[:, 2]) > 0
+    assert s["max_friction_ratio"] == np.max(np.asarray(cf.friction_ratio)) and np.isfinite(s["max_friction_ratio"])
+    np.testing.assert_allclose(s["max_tangential"], np.max(np.hypot(full[:, 0], full[:, 1])), rtol=1e-12)

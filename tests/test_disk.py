@@ -10,7 +10,6 @@ import pytest
 import rollball_jax as rb
 from conftest import PAPER_DISK_X0
 
-rng = np.random.default_rng(2)
 
 
 def newton_phi_ddot(x, u1, m0, m1, r, r1, d2, g, fe1):
@@ -30,6 +29,7 @@ def _one_mass_disk(m0, m1, r, r1, d2, g, fe1):
 
 
 def test_variational_equals_newtonian_at_random_states():
+    rng = np.random.default_rng(201)
     # Identity (5.40) == (5.46); the only error is rounding: relative 1e-12.
     for _ in range(50):
         m0, m1, r, d2, g = rng.uniform(0.5, 2.0, size=5)

@@ -7,43 +7,47 @@ import numpy as np
 import rollball_jax  # noqa: F401  (enables float64)
 from rollball_jax import geometry as geo
 
-rng = np.random.default_rng(0)
 
 
-def _versor():
+def _versor(rng):
     q = rng.normal(size=4)
     return q / np.linalg.norm(q)
 
 
 def test_hat_is_cross_product_and_vee_inverts():
+    rng = np.random.default_rng(1)
     a, b = rng.normal(size=3), rng.normal(size=3)
     np.testing.assert_allclose(geo.hat(a) @ b, np.cross(a, b), atol=1e-15)
     np.testing.assert_allclose(geo.vee(geo.hat(a)), a, atol=1e-15)
 
 
 def test_rotation_matrix_is_proper_orthogonal():
-    lam = np.asarray(geo.rotation_matrix(_versor()))
+    rng = np.random.default_rng(4)
+    lam = np.asarray(geo.rotation_matrix(_versor(rng)))
     np.testing.assert_allclose(lam.T @ lam, np.eye(3), atol=1e-14)
     assert np.linalg.det(lam) > 0
 
 
 def test_euler_rodrigues_matches_rotation_matrix():
+    rng = np.random.default_rng(2)
     # (2.17): Λ Y = [q Y♯ q⁻¹]♭
-    q, y = _versor(), rng.normal(size=3)
+    q, y = _versor(rng), rng.normal(size=3)
     rotated = geo.quat_multiply(geo.quat_multiply(q, geo.sharp(y)), geo.quat_conjugate(q))[1:]
     np.testing.assert_allclose(rotated, geo.rotation_matrix(q) @ y, atol=1e-14)
 
 
 def test_quaternion_product_homomorphism():
-    p, q = _versor(), _versor()
+    rng = np.random.default_rng(5)
+    p, q = _versor(rng), _versor(rng)
     np.testing.assert_allclose(
         geo.rotation_matrix(geo.quat_multiply(p, q)), geo.rotation_matrix(p) @ geo.rotation_matrix(q), atol=1e-14
     )
 
 
 def test_versor_kinematics_matches_rotation_kinematics():
+    rng = np.random.default_rng(3)
     # (2.20)-(2.21): q̇ = ½ q Ω♯ implies Λ̇ = Λ Ω̂
-    q, omega = _versor(), rng.normal(size=3)
+    q, omega = _versor(rng), rng.normal(size=3)
     q_dot = 0.5 * geo.quat_multiply(q, geo.sharp(omega))
     _, lam_dot = jax.jvp(geo.rotation_matrix, (jnp.asarray(q),), (q_dot,))
     np.testing.assert_allclose(lam_dot, geo.rotation_matrix(q) @ geo.hat(omega), atol=1e-14)

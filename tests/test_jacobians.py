@@ -21,7 +21,8 @@ import rollball_jax as rb
 from conftest import PAPER_BALL_X0, PAPER_DISK_X0, make_paper_ball, make_paper_disk
 from rollball_jax import jacobians as jj
 
-rng = np.random.default_rng(11)
+#: Only for the parametrised cases, drawn once at import (no test draws from it).
+_CASES_RNG = np.random.default_rng(11)
 
 
 def _mixed_ball():
@@ -36,14 +37,14 @@ def _mixed_ball():
                    force=rb.ConstantForce([0.3, -0.4, 0.2]))
 
 
-def _ball_state(model):
+def _ball_state(model, rng=_CASES_RNG):
     n = model.n
     q = rng.normal(size=4)
     return np.concatenate([rng.uniform(-0.5, 0.5, n), rng.normal(size=n), q / np.linalg.norm(q),
                            rng.normal(size=3), rng.normal(size=2)])
 
 
-def _disk_state(model):
+def _disk_state(model, rng=_CASES_RNG):
     return np.concatenate([rng.uniform(-3, 3, model.n), rng.normal(size=model.n), rng.uniform(-3, 3, 1), rng.normal(size=1)])
 
 
@@ -54,7 +55,7 @@ def _cases():
     ell_disk = rb.Disk(1.2, 1.0, 0.8, (0.02, -0.1), 1.0, [0.8, 0.6],
                        [rb.CircleRail(0.7), rb.EllipseRail(0.4, 0.6, center=[0.1, 0.0, -0.05])],
                        force=rb.ConstantForce([0.3, 0.0, 0.0]))
-    spline = rb.CubicSplineControl([0.0, 1.0, 2.0, 3.0], rng.normal(size=(5, 4)))
+    spline = rb.CubicSplineControl([0.0, 1.0, 2.0, 3.0], _CASES_RNG.normal(size=(5, 4)))
     return [
         ("paper ball", ball, rb.PaperStep.ball(3), [np.asarray(PAPER_BALL_X0)] + [_ball_state(ball) for _ in range(3)]),
         ("mixed-rail ball", mixed, spline, [_ball_state(mixed) for _ in range(3)]),

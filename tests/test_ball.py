@@ -67,6 +67,17 @@ def test_planar_ball_vector_field_equals_disk():
         fd = np.asarray(_vf(disk, 0.0, jnp.asarray(xd), ctl))
         # Ω̇ = −φ̈ e2 (5.30); the other components of Ω̇ vanish
         np.testing.assert_allclose(fb[4 + 4 : 4 + 7], [0.0, -fd[-1], 0.0], atol=1e-12 * (1 + abs(fd[-1])))
+    # without point masses (a rolling body with its CM off the GC): the n = 0 branch of both fields
+    chi0, force = [0.02, 0.0, -0.1], rb.ConstantForce([0.3, 0.0, -0.2])
+    bare_ball = rb.Ball(1.2, 1.0, [0.7, 0.9, 0.6], chi0, 1.0, force=force)
+    bare_disk = rb.Disk(1.2, 1.0, 0.9, (chi0[0], chi0[2]), 1.0, force=force)
+    none = rb.ConstantControl(jnp.zeros((0,)))
+    for _ in range(5):
+        xd = rng.normal(size=2)
+        fb = np.asarray(_vf(bare_ball, 0.0, jnp.asarray(_ball_state_from_disk(xd, 0)), none))
+        fd = np.asarray(_vf(bare_disk, 0.0, jnp.asarray(xd), none))
+        assert fd.shape == (2,) and fb.shape == (9,) and abs(fd[-1]) > 1e-3
+        np.testing.assert_allclose(fb[4:7], [0.0, -fd[-1], 0.0], atol=1e-12 * (1 + abs(fd[-1])))
 
 
 def test_planar_ball_trajectory_reproduces_disk():

@@ -207,8 +207,8 @@ def test_every_mode_matches_the_paper_reference_over_the_whole_run(paper_ball, r
     the interior times, as for ``rb.simulate``), fixed (dt = 0.05, 400 steps) 9.4e-13.
     Bounds: 1e-8 (≈ 4× measured; the brief's 10× would let a 10× laxer error norm pass,
     whose error is ~10× larger) and 1e-11. The adaptive modes must also take the same number
-    of steps as ``adaptive`` (67 measured; ± 2 for reordered arithmetic): a 10× laxer norm
-    takes ~10^(1/8) ≈ 1.33× fewer."""
+    of steps as ``adaptive`` (67 vs 66 measured, ± 2 for reordered arithmetic; accepted 47 =
+    47, ± 1): a 10× laxer norm takes ~10^(1/8) ≈ 1.33× fewer."""
     ref = reference["ball"]
     ts = np.asarray(ref["t_out"])
     expected = np.array([ref["states"][k] for k in ref["states"]])
@@ -224,9 +224,12 @@ def test_every_mode_matches_the_paper_reference_over_the_whole_run(paper_ball, r
         assert np.all(np.asarray(res.status) == bt.STATUS_SUCCESS), mode
         err = np.abs(np.asarray(res.ys) - expected[None]).max()
         assert err <= bound, (mode, err)
-        steps[mode] = np.asarray(res.num_steps)
+        steps[mode] = np.asarray(res.num_steps), np.asarray(res.num_accepted_steps)
     for mode in ("lockstep", "shared"):
-        assert np.all(np.abs(steps[mode] - steps["adaptive"]) <= 2), (mode, steps)
+        # measured: 67 vs 66 steps, 47 vs 47 accepted; the step controller's constants are
+        # diffrax's (a safety factor 0.95 instead of 0.9 gives 45 accepted)
+        assert np.all(np.abs(steps[mode][0] - steps["adaptive"][0]) <= 2), (mode, steps)
+        assert np.all(np.abs(steps[mode][1] - steps["adaptive"][1]) <= 1), (mode, steps)
 
 
 def _soa_against_vmap(models, controls, control_axis, gen, nan_member=None):

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._rk import Tableau, hairer_initial_step, stage_matrices
+from .._rk import FACTOR_MAX, FACTOR_MIN, SAFETY, Tableau, hairer_initial_step, stage_matrices
 from ._result import STATUS_MAX_STEPS, STATUS_NONFINITE, STATUS_SUCCESS
 
 
@@ -67,6 +67,15 @@ def _rk_step(tab: Tableau, rhs, t, t_next, x, f0, rolled: bool = True, h_vec=Non
             err = float(c) * k if err is None else err + float(c) * k
     f1 = ks[-1] / h if tab.fsal else None
     return x1, err, jnp.stack(ks), f1
+
+
+def _step_factor(inv, accept, error_order):
+    """Next step / this step from 1/error (diffrax's I-controller, the constants of
+    :mod:`rollball_jax._rk` shared with the discrete adjoint): grow by at most
+    ``FACTOR_MAX`` after an accepted step, shrink to between ``FACTOR_MIN`` and ``SAFETY``
+    after a rejected one."""
+    return jnp.clip(SAFETY * inv ** (1.0 / error_order), jnp.where(accept, 1.0, FACTOR_MIN),
+                    jnp.where(accept, FACTOR_MAX, SAFETY))
 
 
 def _scaled_member_error(err, x0, x1, rtol, atol):
@@ -201,8 +210,8 @@ def _solve_pool_lockstep(tab, make_rhs, x0p, blp, kinksp, ts, t0, t1, rtol, atol
         e_mem = jnp.where(jnp.all(jnp.isfinite(x1), axis=0) & jnp.isfinite(e_mem), e_mem, jnp.inf)
         accept = active & (e_mem <= 1.0)
         inv = jnp.where(e_mem > 0, 1.0 / e_mem, jnp.inf)
-        factor = jnp.clip(0.9 * inv ** (1.0 / tab.error_order), jnp.where(accept, 1.0, 0.2), jnp.where(accept, 10.0, 0.9))
-        factor = jnp.where(jnp.isnan(factor), 0.2, factor)
+        factor = _step_factor(inv, accept, tab.error_order)
+        factor = jnp.where(jnp.isnan(factor), FACTOR_MIN, factor)
         clipped = (t_next == stop) & (t + h > stop)
         h_new = jnp.where(active, jnp.where(accept & clipped, jnp.maximum(h, h_used * factor), h_used * factor), h)
         cols = jnp.where(active, mid, P)
@@ -279,8 +288,8 @@ def _solve_group_shared(tab, rhs, x0, kinks, ts, t0, t1, rtol, atol, max_steps, 
         e = jnp.max(e_mem)
         accept = e <= 1.0
         inv = jnp.where(e > 0, 1.0 / e, jnp.inf)
-        factor = jnp.clip(0.9 * inv ** (1.0 / tab.error_order), jnp.where(accept, 1.0, 0.2), jnp.where(accept, 10.0, 0.9))
-        factor = jnp.where(jnp.isnan(factor), 0.2, factor)
+        factor = _step_factor(inv, accept, tab.error_order)
+        factor = jnp.where(jnp.isnan(factor), FACTOR_MIN, factor)
         h_used = t_next - t
         # Keep the unclipped proposal when the step was shortened to land on a kink/t1.
         h_new = jnp.where(accept & (t_next == stop) & (t + h > stop), jnp.maximum(h, h_used * factor), h_used * factor)

@@ -1,4 +1,4 @@
-"""The driver: :func:`simulate_batch` and its strategies (mode ``adaptive`` via ``jax.vmap``; modes ``lockstep``/``shared``/``fixed`` via the structure-of-arrays group loops)."""
+"""The driver: :func:`simulate_batch` and its strategies (:class:`Adaptive` via ``jax.vmap``; :class:`Lockstep`/:class:`Shared`/:class:`Fixed` via the structure-of-arrays group loops)."""
 
 from __future__ import annotations
 
@@ -308,7 +308,7 @@ SELF_CHECK_RTOL = 1e-10
 def _self_check(m_t, c_t, mask, group, fast_trig, t0, X, bleaves, uleaves) -> None:
     """At the first use of a structure: the structure-of-arrays field of the first group at
     its initial states and ``t0`` against ``jax.vmap`` of the model's own field. Raises
-    ``RuntimeError`` (an internal error: mode ``adaptive`` does not use the interpreter)
+    ``RuntimeError`` (an internal error: ``Adaptive()`` does not use the interpreter)
     if they differ by more than :data:`SELF_CHECK_RTOL` relative to the field's scale."""
     soa = SoAVectorField(m_t, c_t, mask, group, fast_trig=fast_trig)
     ref = GroupVectorField(m_t, c_t, mask, group, fast_trig=False)

@@ -92,3 +92,139 @@ def test_rail_validation_errors():
         rb.EllipseRail([0.1, 0.2], [0.1, 0.2, 0.3])
     with pytest.raises(ModelError, match="shape"):
         rb.FunctionRail(lambda th, p: jnp.array([th, th]))
+
+
+# ---- values against independent formulas (each test names the wrong code it catches) ----
+
+def _rot(rng):
+    q, r = np.linalg.qr(rng.standard_normal((3, 3)))
+    q = q * np.sign(np.diag(r))
+    return q if np.linalg.det(q) > 0 else -q
+
+
+def test_rail_points_match_hand_written_formulas():
+    # A spoke's direction is normalised (ζ = c + θ d/|d|, θ = arc length): a direction
+    # multiplied by |d| instead, or an ellipse/figure-eight with a, b swapped, fails here.
+    rng = np.random.default_rng(103)
+    R, c = _rot(rng), rng.uniform(-0.1, 0.1, 3)
+    th = rng.uniform(-4, 4)
+    e1, e3 = R[:, 0], R[:, 2]
+    cases = [
+        (rb.CircleRail(0.5, rotation=R, center=c), c + 0.5 * (np.cos(th) * e1 + np.sin(th) * e3)),
+        (rb.EllipseRail(0.6, 0.3, rotation=R, center=c), c + 0.6 * np.cos(th) * e1 + 0.3 * np.sin(th) * e3),
+        (rb.FigureEightRail(0.6, 0.4, rotation=R, center=c),
+         c + 0.6 * np.cos(th) * e1 + 0.4 * np.sin(th) * np.cos(th) * e3),
+        (rb.SpokeRail([1.0, 2.0, -2.0], [-0.5, 0.5], center=c), c + th * np.array([1.0, 2.0, -2.0]) / 3.0),
+    ]
+    for rail, expect in cases:
+        np.testing.assert_allclose(rail.zeta(jnp.array([th]))[0], expect, rtol=0, atol=1e-15)
+
+
+def test_one_row_broadcasts_against_k_rows_of_any_parameter():
+    # Every parameter may carry the leading axis k alone; the others broadcast. Wrong
+    # trailing ranks in the row count (e.g. a rotation counted as rank 1 or 3) either
+    # refuse these or give the wrong k.
+    rng = np.random.default_rng(104)
+    R2 = np.stack([_rot(rng), _rot(rng)])
+    c2 = rng.uniform(-0.1, 0.1, (2, 3))
+    th = jnp.array([0.3, -1.2])
+    rails = [
+        rb.CircleRail([0.5, 0.6]), rb.CircleRail(0.5, rotation=R2), rb.CircleRail(0.5, center=c2),
+        rb.EllipseRail([0.5, 0.6], 0.3), rb.EllipseRail(0.5, [0.3, 0.2]), rb.EllipseRail(0.5, 0.3, rotation=R2),
+        rb.EllipseRail(0.5, 0.3, center=c2), rb.FigureEightRail(0.5, 0.3, rotation=R2),
+        rb.SpokeRail([[1.0, 0, 0], [0, 1.0, 0]], [-0.5, 0.5]), rb.SpokeRail([1.0, 0, 0], [[-0.5, 0.5], [-0.2, 0.4]]),
+        rb.SpokeRail([1.0, 0, 0], [-0.5, 0.5], center=c2),
+    ]
+    for rail in rails:
+        assert rail.size == 2, rail
+        assert rail.zeta(th).shape == (2, 3)
+    np.testing.assert_allclose(rails[1].zeta(th)[1], 0.5 * (np.cos(-1.2) * R2[1][:, 0] + np.sin(-1.2) * R2[1][:, 2]), atol=1e-15)
+    np.testing.assert_allclose(rails[2].zeta(th)[1], c2[1] + 0.5 * np.array([np.cos(-1.2), 0, np.sin(-1.2)]), atol=1e-15)
+    # ... and one row of everything is one mass, whatever the trailing shapes.
+    for rail in (rb.CircleRail(0.5, rotation=R2[0], center=c2[0]), rb.EllipseRail(0.5, 0.3, rotation=R2[0], center=c2[0]),
+                 rb.SpokeRail([1.0, 0, 0], [-0.5, 0.5], center=c2[0]), rb.FunctionRail(lambda t, p: jnp.array([t, 0.0, 0.0]), {})):
+        assert rail.size == 1, rail
+
+
+def test_sample_spans_the_theta_range():
+    # Closed rails are sampled over one period [0, 2π], ends included; a spoke between its
+    # limits; a FunctionRail over its `period`.
+    circle = rb.CircleRail(0.5).sample(5)[0]
+    th = np.linspace(0, 2 * np.pi, 5)
+    np.testing.assert_allclose(circle, 0.5 * np.stack([np.cos(th), 0 * th, np.sin(th)], -1), atol=1e-15)
+    spoke = rb.SpokeRail([0.0, 3.0, 4.0], [-0.5, 0.25], center=[0.1, 0, 0]).sample(4)[0]
+    s = np.linspace(-0.5, 0.25, 4)
+    np.testing.assert_allclose(spoke, np.array([0.1, 0, 0]) + s[:, None] * np.array([0, 0.6, 0.8]), atol=1e-15)
+    fr = rb.FunctionRail(lambda t, p: jnp.array([t, 0.0, 0.0]), period=(0.5, 1.5))
+    np.testing.assert_allclose(fr.sample(3)[0][:, 0], [0.5, 1.0, 1.5], atol=1e-15)
+    default = rb.FunctionRail(lambda t, p: jnp.array([t, 0.0, 0.0]))
+    assert default.theta_range() == (0.0, 2 * np.pi)
+
+
+def test_max_distance_closed_forms():
+    # Circle with centre c in its plane: |c| + ρ; ellipse: max(a, b); figure-eight
+    # (a > b/√2 here): a at θ = 0; spoke: the farther end (|ζ| is convex in θ).
+    R = _rot(np.random.default_rng(105))
+    c = 0.1 * R[:, 0] + 0.05 * R[:, 2]
+    np.testing.assert_allclose(rb.CircleRail(0.5, rotation=R, center=c).max_distance(), [np.hypot(0.1, 0.05) + 0.5], rtol=1e-12)
+    np.testing.assert_allclose(rb.EllipseRail([0.6, 0.2], [0.3, 0.7], rotation=R).max_distance(), [0.6, 0.7], rtol=1e-12)
+    np.testing.assert_allclose(rb.FigureEightRail(0.6, 0.5).max_distance(), [0.6], rtol=1e-12)
+    spoke = rb.SpokeRail([[1.0, 0, 0], [0, 0, 2.0]], [[-0.5, 0.2], [-0.1, 0.7]], center=[[0, 0.3, 0], [0, 0, 0.1]])
+    np.testing.assert_allclose(spoke.max_distance(), [np.hypot(0.5, 0.3), 0.8], rtol=1e-12)
+
+
+def test_max_distance_refines_the_true_peak_between_samples():
+    # Two bumps of |ζ|: a broad one of height 1 centred on a sample and a narrow one of
+    # height 1.05 centred half-way between samples, whose best sample (~0.93) is lower
+    # than the broad bump's neighbours. The narrow bump must be one of the refined local
+    # maxima: selecting peaks by one neighbour only, or refining the highest samples
+    # instead of the highest peaks, returns ~1.0 instead of 1.05.
+    num = 4097
+    h = 2 * np.pi / (num - 1)
+    c1, c2 = 1000 * h, 3000.5 * h
+    s1, s2 = 10 * h, h
+
+    def fn(t, p):
+        r = 0.5 + 0.5 * jnp.exp(-0.5 * ((t - c1) / s1) ** 2) + 0.55 * jnp.exp(-0.5 * ((t - c2) / s2) ** 2)
+        return jnp.array([r, 0.0, 0.0])
+
+    rail = rb.FunctionRail(fn)
+    samples = np.linalg.norm(rail.sample()[0], axis=-1)
+    assert samples.max() < 1.0 + 1e-12  # the samples alone miss the true maximum
+    true_max = 0.5 + 0.55 + 0.5 * np.exp(-0.5 * ((c2 - c1) / s1) ** 2)
+    np.testing.assert_allclose(rail.max_distance(), [true_max], rtol=1e-12)
+
+
+def test_rail_parameter_errors_name_the_problem():
+    with pytest.raises(ModelError, match="non-finite"):
+        rb.CircleRail(0.5, center=[np.nan, 0.0, 0.0])
+    with pytest.raises(ModelError, match="non-finite"):
+        rb.FunctionRail(lambda t, p: p * jnp.array([jnp.cos(t), 0.0, jnp.sin(t)]), np.inf)
+    with pytest.raises(ModelError, match="inconsistent numbers of rows"):
+        rb.CircleRail([0.1, 0.2], rotation=None, center=np.zeros((3, 3)))
+    with pytest.raises(ModelError, match="rotation"):  # orthogonal columns but not unit: not a rotation
+        rb.CircleRail(0.5, rotation=1.1 * np.eye(3))
+    with pytest.raises(ModelError, match="non-zero"):
+        rb.SpokeRail([0.0, 0.0, 0.0], [-0.5, 0.5])
+    with pytest.raises(ModelError, match="limits"):  # empty tube
+        rb.SpokeRail([1.0, 0.0, 0.0], [0.3, 0.3])
+
+
+@pytest.mark.parametrize("rails", [[], [rb.EllipseRail(0.5, 0.3)]], ids=["none", "one"])
+def test_railset_of_zero_or_one_mass(rails):
+    # The size-0 branches return empty arrays of the right shapes; one mass takes the
+    # general path (a branch taken for size 1 would return nothing).
+    rs = rb.RailSet(rails)
+    n = len(rails)
+    assert rs.size == n
+    th = jnp.full((n,), 0.4)
+    z, d1, d2 = rs.evaluate(th)
+    assert z.shape == d1.shape == d2.shape == (n, 3)
+    assert rs.positions(th).shape == (n, 3)
+    assert rs.max_distance().shape == (n,)
+    assert rs.sample(7).shape == (n, 7, 3)
+    if n:
+        np.testing.assert_allclose(z[0], [0.5 * np.cos(0.4), 0.0, 0.3 * np.sin(0.4)], atol=1e-15)
+        np.testing.assert_allclose(d2[0], -z[0], atol=1e-15)
+        np.testing.assert_allclose(rs.max_distance(), [0.5], rtol=1e-12)
+        np.testing.assert_allclose(rs.sample(5)[0, 1], [0.0, 0.0, 0.3], atol=1e-15)

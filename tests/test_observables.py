@@ -117,5 +117,8 @@ def test_disk_default_context_is_the_origin():
     gc = np.array([-0.8 * 0.7, 0.0, 0.0])
     np.testing.assert_allclose(rb.observables.observables(disk, x)["gc"], gc, atol=TOL)
     np.testing.assert_allclose(rb.observables.to_spatial(disk, x, jnp.zeros(3)), gc, atol=TOL)
+    np.testing.assert_allclose(rb.observables.Kinematics(disk, x).gc, gc, atol=TOL)
+    # (the other helpers are body-frame quantities or the energy, which do not depend on
+    # the GC's position: their context defaults cannot change a value)
     shifted = rb.observables.observables(disk, x, z_a=1.5, phi_a=0.2)["gc"]
     np.testing.assert_allclose(shifted, gc + np.array([1.5 + 0.8 * 0.2, 0.0, 0.0]), atol=TOL)

@@ -169,20 +169,22 @@ def test_max_distance_closed_forms():
     np.testing.assert_allclose(rb.CircleRail(0.5, rotation=R, center=c).max_distance(), [np.hypot(0.1, 0.05) + 0.5], rtol=1e-12)
     np.testing.assert_allclose(rb.EllipseRail([0.6, 0.2], [0.3, 0.7], rotation=R).max_distance(), [0.6, 0.7], rtol=1e-12)
     np.testing.assert_allclose(rb.FigureEightRail(0.6, 0.5).max_distance(), [0.6], rtol=1e-12)
-    spoke = rb.SpokeRail([[1.0, 0, 0], [0, 0, 2.0]], [[-0.5, 0.2], [-0.1, 0.7]], center=[[0, 0.3, 0], [0, 0, 0.1]])
+    # (the far end is the second of the first spoke and the first of the second one: a
+    # maximum over the wrong axis mixes the rows)
+    spoke = rb.SpokeRail([[1.0, 0, 0], [0, 0, 2.0]], [[-0.2, 0.5], [-0.9, 0.1]], center=[[0, 0.3, 0], [0, 0, 0.1]])
     np.testing.assert_allclose(spoke.max_distance(), [np.hypot(0.5, 0.3), 0.8], rtol=1e-12)
 
 
 def test_max_distance_refines_the_true_peak_between_samples():
     # Two bumps of |ζ|: a broad one of height 1 centred on a sample and a narrow one of
-    # height 1.05 centred half-way between samples, whose best sample (~0.93) is lower
-    # than the broad bump's neighbours. The narrow bump must be one of the refined local
+    # height 1.05 centred half-way between samples, whose best samples (0.985) are lower
+    # than the broad bump's four highest samples (≥ 0.9986). The narrow bump must be one of the refined local
     # maxima: selecting peaks by one neighbour only, or refining the highest samples
     # instead of the highest peaks, returns ~1.0 instead of 1.05.
     num = 4097
     h = 2 * np.pi / (num - 1)
     c1, c2 = 1000 * h, 3000.5 * h
-    s1, s2 = 10 * h, h
+    s1, s2 = 40 * h, h
 
     def fn(t, p):
         r = 0.5 + 0.5 * jnp.exp(-0.5 * ((t - c1) / s1) ** 2) + 0.55 * jnp.exp(-0.5 * ((t - c2) / s2) ** 2)
@@ -193,6 +195,11 @@ def test_max_distance_refines_the_true_peak_between_samples():
     assert samples.max() < 1.0 + 1e-12  # the samples alone miss the true maximum
     true_max = 0.5 + 0.55 + 0.5 * np.exp(-0.5 * ((c2 - c1) / s1) ** 2)
     np.testing.assert_allclose(rail.max_distance(), [true_max], rtol=1e-12)
+
+
+def test_abstract_rail_cannot_be_built():
+    with pytest.raises(TypeError, match="abstract"):
+        rb.rails.AbstractRail()
 
 
 def test_rail_parameter_errors_name_the_problem():

@@ -2,8 +2,9 @@
 
 Methods (``method=``):
 
-* ``"lm"`` — ``optimistix.LevenbergMarquardt`` on the weighted residuals (all cost terms
-  are least-squares terms). The Jacobian comes from forward-mode differentiation through
+* ``"lm"`` — Levenberg–Marquardt on the weighted residuals (all cost terms are
+  least-squares terms): ``optimistix.LevenbergMarquardt`` with Moré's trust-region rule
+  (:func:`levenberg_marquardt`; ``"lm-optx"`` keeps optimistix's own rule). The Jacobian comes from forward-mode differentiation through
   the solve (diffrax ``ForwardMode``): one batched tangent solve per iteration, cheap for
   tens of parameters and any number of residuals. The default, and the most reliable
   for terminal constraints and tracking.
@@ -43,7 +44,25 @@ from .costs import Cost
 from .problem import DesignProblem, Evaluation
 from .shooting import MultipleShooting
 
-LEAST_SQUARES = {"lm": optx.LevenbergMarquardt, "gn": optx.GaussNewton, "dogleg": optx.Dogleg}
+#: Reduction ratio (actual / predicted) above which an accepted Levenberg–Marquardt step
+#: enlarges the trust region (divides the damping by 3.5). optimistix's default is 0.99, so
+#: the damping stays where the first rejected steps pushed it unless the model is almost
+#: exact; Moré's classical rule (*The Levenberg–Marquardt algorithm: implementation and
+#: theory*, 1978) enlarges above 0.75. Measured on the warm start of experiment (b′)
+#: (123 spline values, single shooting over T = 40): 108 iterations to the target cost with
+#: 0.99, 80 with 0.75, 213 with 0.5 (and optimistix's Dogleg: not there in 300).
+LM_HIGH_CUTOFF = 0.75
+
+
+def levenberg_marquardt(rtol: float, atol: float) -> optx.LevenbergMarquardt:
+    """``optimistix.LevenbergMarquardt(rtol, atol)`` whose trust region grows when the
+    reduction ratio exceeds :data:`LM_HIGH_CUTOFF` (the solver behind ``method="lm"``)."""
+    solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
+    return eqx.tree_at(lambda s: s.search, solver, optx.ClassicalTrustRegion(high_cutoff=LM_HIGH_CUTOFF))
+
+
+LEAST_SQUARES = {"lm": levenberg_marquardt, "lm-optx": optx.LevenbergMarquardt, "gn": optx.GaussNewton,
+                 "dogleg": optx.Dogleg}
 MINIMISERS = {"bfgs": optx.BFGS}
 METHODS = (*LEAST_SQUARES, *MINIMISERS, "adam")
 
@@ -250,7 +269,7 @@ def optimize(
     problem : the :class:`DesignProblem`.
     cost : a :class:`~rollball_jax.design.costs.Cost`.
     params : initial parameters (default ``problem.initial_params()``: zero controls).
-    method : ``"lm"`` (default), ``"gn"``, ``"dogleg"``, ``"bfgs"`` or ``"adam"`` (see module).
+    method : ``"lm"`` (default), ``"lm-optx"``, ``"gn"``, ``"dogleg"``, ``"bfgs"`` or ``"adam"`` (see module).
     max_steps : iteration limit.
     rtol, atol : optimistix stopping tolerances (Cauchy test on parameters and cost).
     target_cost : also stop once the cost is at most this.

@@ -213,6 +213,10 @@ def test_rail_parameter_errors_name_the_problem():
         rb.CircleRail(0.5, rotation=1.1 * np.eye(3))
     with pytest.raises(ModelError, match="non-zero"):
         rb.SpokeRail([0.0, 0.0, 0.0], [-0.5, 0.5])
+    for cls in (rb.EllipseRail, rb.FigureEightRail):  # semi-axes / lobe sizes: positive, zero refused
+        for a, b, bad in ((0.0, 0.3, "'a'"), (0.4, -0.1, "'b'"), ([0.4, 0.5], [0.3, 0.0], "'b'")):
+            with pytest.raises(ModelError, match=bad):
+                cls(a, b)
     with pytest.raises(ModelError, match="limits"):  # empty tube
         rb.SpokeRail([1.0, 0.0, 0.0], [0.3, 0.3])
 

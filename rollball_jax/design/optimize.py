@@ -392,13 +392,26 @@ def continuation(
     each stage starting from the previous optimum; compiled once when the stages share
     their structure (same terms, different weights).
 
+    ``optimize_kw`` are :func:`optimize`'s keywords; ``target_cost`` may also be a sequence,
+    one value (or ``None``) per stage: an early stage of a continuation only has to bring
+    the design close enough for the next one, not converge.
+
     Returns ``(final result, all stage results)``; the final result's ``history``,
     ``iterations`` and ``wall_time`` cover all stages.
+
+    Raises ``ValueError`` when a sequence ``target_cost`` does not have one entry per stage.
     """
+    targets = optimize_kw.pop("target_cost", None)
+    if targets is None or isinstance(targets, (int, float)):
+        targets = [targets] * len(stages)
+    targets = list(targets)
+    if len(targets) != len(stages):
+        raise ValueError(f"target_cost: one value per stage ({len(stages)}); got {len(targets)}")
     results = []
     for i, cost in enumerate(stages):
         desc = optimize_kw.pop("desc", None)
-        res = optimize(problem, cost, params, desc=f"{desc or 'design'} stage {i + 1}/{len(stages)}", **optimize_kw)
+        res = optimize(problem, cost, params, desc=f"{desc or 'design'} stage {i + 1}/{len(stages)}",
+                       target_cost=targets[i], **optimize_kw)
         if desc:
             optimize_kw["desc"] = desc
         results.append(res)

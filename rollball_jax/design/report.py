@@ -14,9 +14,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -197,6 +199,34 @@ def write_figures(result, verification, out_dir: str | Path, *, title: str = "",
     return paths
 
 
+def _holds(metrics: dict, conditions: dict[str, float]) -> bool:
+    """Every ``metric <= limit`` (``-metric``: ``metric >= -limit``) holds in ``metrics``."""
+    for metric, limit in conditions.items():
+        sign = -1.0 if metric.startswith("-") else 1.0
+        if not sign * float(metrics[metric.lstrip("-")]) <= limit:
+            return False
+    return True
+
+
+def metrics_callback(problem, cost: Cost, conditions: dict[str, float]):
+    """A :func:`~.optimize.optimize` callback that stops once the current iterate's metrics
+    (``cost.metrics`` on the trajectory the optimiser already computed; no extra solve, one
+    compiled evaluation per iteration) satisfy every ``{metric: limit}`` (``metric <= limit``;
+    a name prefixed with ``-`` is negated first: ``{"-min_clearance": 0.0}`` is clearance ≥ 0).
+
+    Raises ``KeyError`` at the first call when a metric is not one of ``cost.metrics``' names."""
+    ts = problem.sample_ts
+
+    @eqx.filter_jit
+    def metrics(params, xs):
+        return cost.metrics(problem.wrap(params, ts, xs))
+
+    def callback(step, params, loss, xs):
+        return _holds(metrics(params, xs), conditions)
+
+    return callback
+
+
 def run_experiment(
     name: str,
     description: str,
@@ -218,7 +248,9 @@ def run_experiment(
     title: str = "",
     extra: dict | None = None,
     feedback: dict | None = None,
-    target_cost: float | None = None,
+    target_cost: float | Sequence[float | None] | None = None,
+    stall_rtol: float = 1e-6,
+    stop_when: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Optimise through ``stages`` (continuation), verify with SciPy, write figures and
     ``summary.json`` into ``out``; return the summary.
@@ -227,7 +259,13 @@ def run_experiment(
     (``metric <= limit``; a metric name prefixed with ``-`` is negated first, so
     ``("-min_clearance", 0.0)`` means clearance ≥ 0).
 
-    ``target_cost``: stop every stage once its cost is at most this (see :func:`~.optimize.optimize`).
+    ``target_cost``: stop every stage once its cost is at most this, or one value (or ``None``)
+    per stage; ``stall_rtol``: stop a stage when its cost has not improved by this relative
+    amount in 20 iterations (see :func:`~.optimize.optimize` and :func:`~.optimize.continuation`).
+    ``stop_when``: ``{metric: limit}`` on the *design's* own metrics (same sign convention as
+    ``goals``); a stage stops once all of them hold (:func:`metrics_callback`), e.g. goals
+    made 10× tighter than the verified ones: the remaining iterations would only trade the
+    regularising terms (control effort).
 
     ``feedback``: verify the design *closed loop*: a TVLQR controller (:func:`~.feedback.tvlqr`,
     keyword arguments from this dict, e.g. ``Q``, ``R``) around the designed motion, the
@@ -244,7 +282,9 @@ def run_experiment(
     start = time.perf_counter()
     out = Path(out or f"runs/design/{name}" + ("_quick" if quick else ""))
     final, results = continuation(problem, stages, params0, method=method, max_steps=max_steps, rtol=rtol,
-                                  atol=atol, progress=progress, desc=name, target_cost=target_cost)
+                                  atol=atol, progress=progress, desc=name, target_cost=target_cost,
+                                  stall_rtol=stall_rtol,
+                                  callback=None if stop_when is None else metrics_callback(problem, stages[-1], stop_when))
     base, params, cost, open_ver, fb_info = problem, final.params, final.cost, None, None
     if isinstance(problem, MultipleShooting) or feedback is not None:
         fb_start = time.perf_counter()

@@ -110,8 +110,6 @@ def warm_start(ms, period: float = PERIOD, quick: bool = False, progress: bool =
     shooting converges there), its controls and its states at the segment boundaries
     taken as the first guess. Only the first segment then has to bring the masses from
     the paper's state onto that motion. Returns ``(params, DesignResult of the hanging design)``."""
-    from rollball_jax.solve import simulate
-
     base = ms.problem
     model = base.model
     x_h = np.asarray(model.initial_state(theta=HANGING_THETA))
@@ -120,9 +118,9 @@ def warm_start(ms, period: float = PERIOD, quick: bool = False, progress: bool =
     cost = dz.Cost(*[t for t in ms_cost_terms(model, period)])
     res = dz.optimize(hanging, cost, method="lm", max_steps=8 if quick else 300, progress=progress,
                       desc="warm start (hanging masses)", target_cost=target_cost)
-    sol = simulate(model, hanging.control(res.params), x_h, (0.0, base.horizon), ts=ms.boundaries,
-                   rtol=float(base.rtol), atol=float(base.atol))
-    return ms.initial_params(values=res.params["values"], nodes=sol.xs[1:-1]), res
+    # the boundaries are every per_segment-th sample time: the design solve already has the states there
+    nodes = np.asarray(res.xs)[:: ms.per_segment][1:-1]
+    return ms.initial_params(values=res.params["values"], nodes=nodes), res
 
 
 def ms_cost_terms(model, period: float):

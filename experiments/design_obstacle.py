@@ -107,16 +107,15 @@ def warm_start(ms, quick: bool = False, progress: bool = True, target_cost: floa
     ``target_cost`` (a first guess, not a converged design). Returns ``(params, DesignResult
     of the hanging design)``."""
     from rollball_jax.design.optimize import continuation
-    from rollball_jax.solve import simulate
 
     hanging, stages = build(quick, "hanging")
     hanging = dz.DesignProblem(hanging.model, hanging.x0, HORIZON, n_knots=hanging.n_knots,
                                n_samples=ms.problem.n_samples, rtol=ms.problem.rtol, atol=ms.problem.atol)
     res, _ = continuation(hanging, stages, method="lm", max_steps=8 if quick else 300, progress=progress,
                           desc="warm start (hanging masses)", target_cost=target_cost)
-    sol = simulate(hanging.model, hanging.control(res.params), hanging.x0, (0.0, HORIZON), ts=ms.boundaries,
-                   rtol=float(hanging.rtol), atol=float(hanging.atol))
-    return ms.initial_params(values=res.params["values"], nodes=sol.xs[1:-1]), res
+    # the boundaries are every per_segment-th sample time: the design solve already has the states there
+    nodes = np.asarray(res.xs)[:: ms.per_segment][1:-1]
+    return ms.initial_params(values=res.params["values"], nodes=nodes), res
 
 
 def run(quick: bool = False, out: str | Path | None = None, progress: bool = True, plots: bool = True,

@@ -255,3 +255,33 @@ def test_recording_pass_takes_diffrax_steps(example):
     assert abs(int(stats["num_accepted_steps"]) - int(sol.stats["num_accepted_steps"])) <= slack
     assert abs(int(stats["num_rejected_steps"]) - int(sol.stats["num_rejected_steps"])) <= slack
     assert rel(y_end, sol.ys[0][-1]) <= 100 * tol
+
+
+def test_initial_step_is_diffraxs():
+    """Hairer's starting step (``_rk.hairer_initial_step``, used by the recording pass and the
+    batch loops) equals the one diffrax's ``PIDController.init`` picks, in each branch: the
+    paper ball at tol 1e-10 (the usual branch), a state small against ``atol``
+    (1e-5 ≤ d0 < 1, where a wrong threshold would fall back to 1e-6), and an equilibrium
+    (f0 = 0: h = 1e-6). Measured: equal to rounding (≤ 2e-16 relative)."""
+    import diffrax as dfx
+
+    from rollball_jax import _rk, discrete_adjoint
+
+    tab = _rk.Tableau.from_solver(dfx.Dopri8())
+    ball = make_paper_ball()
+    vf, params = discrete_adjoint.model_field(ball, rb.PaperStep.ball(3))
+    A = jnp.array([[0.0, 1.0], [-4.0, -0.1]])
+    cases = [(lambda t, y: vf(params, t, y), jnp.asarray(PAPER_BALL_X0), 1e-10, 1e-10),
+             (lambda t, y: A @ y, jnp.array([1e-12, 0.5e-12]), 1e-6, 1e-10),
+             (lambda t, y: A @ y, jnp.zeros(2), 1e-8, 1e-8)]
+    steps = []
+    for rhs, y0, rtol, atol in cases:
+        ours = float(_rk.hairer_initial_step(rhs, 0.0, y0, rhs(0.0, y0), rtol, atol, tab.error_order))
+        term = dfx.ODETerm(lambda t, y, args, rhs=rhs: rhs(t, y))
+        t_next, _ = dfx.PIDController(rtol=rtol, atol=atol).init(
+            term, 0.0, 1.0, y0, None, None, lambda term, t, y, args: term.vf(t, y, args), tab.error_order)
+        assert ours == pytest.approx(float(t_next), rel=1e-12)
+        steps.append(ours)
+    d0 = float(jnp.sqrt(jnp.mean((cases[1][1] / (1e-10 + 1e-6 * jnp.abs(cases[1][1]))) ** 2)))
+    assert 1e-5 < d0 < 1.0 and steps[1] > 1e-4  # the scaled branch, far from the 1e-6 fallback
+    assert steps[2] == 1e-6

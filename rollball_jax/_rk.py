@@ -377,8 +377,11 @@ def adaptive_solve(
         # Record. Slot n is (over)written on every attempt; the accepted one stays.
         j = _next_index(ta, stop_ts)  # the save time this step may end on
         s_j = _get(stop_ts, j)
-        # A save time that is also a jump time is reached at prevbefore(s_j).
-        ends_on_save = keep & (j < T) & ((tb == s_j) | (eqxi.nextafter(tb) == s_j))
+        # A save time that is also a jump time is reached at prevbefore(s_j), and one in the
+        # gap that the jump hops over (up to nextafter(jump), where the next step starts) is
+        # no step's end either: both are saved at this step's end tb ≤ s_j ≤ nt0 (the state
+        # moves by O(ulp·|f|) across the gap). Without a jump nt0 = tb, and s_j ≤ tb means s_j = tb.
+        ends_on_save = keep & (j < T) & (s_j <= nt0)
         jc = jnp.minimum(j, T - 1)
         cb = (n + 1) // chunk
         at_boundary = keep & ((n + 1) % chunk == 0)

@@ -165,12 +165,20 @@ def solve(
 
     S0 = jnp.where((record.save_chunk == -1)[:, None], x0[None, :], jnp.zeros((T, n), x0.dtype))
     (x_end, S), _ = lax.scan(group_step, (x0, S0), (steps, jnp.arange(n_groups), x_next))
+    # Every save time must have been a step end (-2: never written); a guard against a save
+    # time that the step sequence passed over, which would otherwise read as zeros.
+    missed = jnp.any(record.save_chunk == -2) & ok
     if not throw:
-        return jnp.where(ok, S, jnp.inf)
+        return jnp.where(ok & ~missed, S, jnp.inf)
     S = eqx.error_if(
         S, ~ok,
         f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
         "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
+    )
+    S = eqx.error_if(
+        S, missed,
+        "a save time was passed over by the step sequence (two save times within a few ulps of "
+        "each other or of a kink time of the control?): space the save times apart",
     )
     return S
 

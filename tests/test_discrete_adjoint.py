@@ -258,11 +258,13 @@ def test_recording_pass_takes_diffrax_steps(example):
 
 
 def test_initial_step_is_diffraxs():
-    """Hairer's starting step (``_rk.hairer_initial_step``, used by the recording pass and the
-    batch loops) equals the one diffrax's ``PIDController.init`` picks, in each branch: the
-    paper ball at tol 1e-10 (the usual branch), a state small against ``atol``
-    (1e-5 ≤ d0 < 1, where a wrong threshold would fall back to 1e-6), and an equilibrium
-    (f0 = 0: h = 1e-6). Measured: equal to rounding (≤ 2e-16 relative)."""
+    """Hairer's starting step (``_rk.hairer_initial_step``, used by the batch loops) equals the
+    one diffrax's ``PIDController.init`` picks, in each branch: the paper ball at tol 1e-10
+    (the usual branch, h = (0.01/max(d1, d2))^(1/8)), a state small against ``atol``
+    (1e-5 ≤ d0 < 1, where a wrong threshold would fall back to 1e-6), the zero state at
+    equilibrium (f0 = 0: h = 1e-6), an equilibrium away from zero (d1 < 1e-5 ≤ d0), the zero
+    state off equilibrium (d0 < 1e-5 ≤ d1), and a constant field where the cap 100·h0 binds.
+    Measured: equal to rounding (≤ 2e-16 relative)."""
     import diffrax as dfx
 
     from rollball_jax import _rk, discrete_adjoint
@@ -273,7 +275,10 @@ def test_initial_step_is_diffraxs():
     A = jnp.array([[0.0, 1.0], [-4.0, -0.1]])
     cases = [(lambda t, y: vf(params, t, y), jnp.asarray(PAPER_BALL_X0), 1e-10, 1e-10),
              (lambda t, y: A @ y, jnp.array([1e-12, 0.5e-12]), 1e-6, 1e-10),
-             (lambda t, y: A @ y, jnp.zeros(2), 1e-8, 1e-8)]
+             (lambda t, y: A @ y, jnp.zeros(2), 1e-8, 1e-8),
+             (lambda t, y: A @ (y - jnp.array([1.0, -0.5])), jnp.array([1.0, -0.5]), 1e-8, 1e-8),
+             (lambda t, y: A @ y + jnp.array([0.0, 1.0]), jnp.zeros(2), 1e-8, 1e-8),
+             (lambda t, y: jnp.ones(2), jnp.full(2, 1e-9), 1e-9, 1e-9)]
     steps = []
     for rhs, y0, rtol, atol in cases:
         ours = float(_rk.hairer_initial_step(rhs, 0.0, y0, rhs(0.0, y0), rtol, atol, tab.error_order))
@@ -284,7 +289,9 @@ def test_initial_step_is_diffraxs():
         steps.append(ours)
     d0 = float(jnp.sqrt(jnp.mean((cases[1][1] / (1e-10 + 1e-6 * jnp.abs(cases[1][1]))) ** 2)))
     assert 1e-5 < d0 < 1.0 and steps[1] > 1e-4  # the scaled branch, far from the 1e-6 fallback
-    assert steps[2] == 1e-6
+    assert steps[2] == 1e-6 and steps[3] == 1e-6
+    # constant field: h0 = 0.01·d0/d1 = 1e-11 and h = 100·h0 (the cap binds; h1 ≈ 0.04)
+    assert steps[5] == pytest.approx(1e-9, rel=1e-12)
 
 
 def test_save_time_just_after_a_kink_is_saved():

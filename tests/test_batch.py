@@ -448,3 +448,21 @@ def test_lockstep_initial_step_is_diffraxs_for_every_member():
             term, 0.0, 1.0, xs[:, g], None, None, lambda term, t, y, args: term.vf(t, y, args), tab.error_order)
         assert h[g] == pytest.approx(float(t_next), rel=1e-12), g
     assert h[2] == 1e-6 and len(set(h.tolist())) == 3
+
+
+def test_lockstep_error_norm_is_relative_to_the_state(paper_ball):
+    """The group loops scale the error by atol + rtol·max(|x0|, |x1|) per component, as diffrax
+    does: with rtol ≫ atol and the GC far from the origin (z = (1000, 1000): the motion is the
+    same, only the scale of two components changes) they take diffrax's number of accepted
+    steps (measured: adaptive 40, lockstep and shared 42; a scale of rtol/|x| instead: 65)."""
+    x0 = np.array(PAPER_BALL_X0)
+    x0[13:15] += 1e3
+    models, x0s = bt.stack([paper_ball, paper_ball]), np.stack([x0, x0])
+    accepted = {}
+    for strategy in (bt.Adaptive(), bt.Lockstep(group_size=2), bt.Shared(group_size=2)):
+        res = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, (0.0, 20.0), ts=np.linspace(0.0, 20.0, 21),
+                                control_axis=None, rtol=1e-8, atol=1e-12, strategy=strategy)
+        assert np.all(np.asarray(res.status) == bt.STATUS_SUCCESS)
+        accepted[strategy.name] = np.asarray(res.num_accepted_steps)
+    for name in ("lockstep", "shared"):
+        assert np.all(np.abs(accepted[name] - accepted["adaptive"]) <= 5), accepted

@@ -263,9 +263,9 @@ def test_initial_step_is_diffraxs():
     (the usual branch, h = (0.01/max(d1, d2))^(1/8)), a state small against ``atol``
     (1e-5 ≤ d0 < 1, where a wrong threshold would fall back to 1e-6), the zero state at
     equilibrium (f0 = 0: h = 1e-6), an equilibrium away from zero (d1 < 1e-5 ≤ d0), the zero
-    state off equilibrium (d0 < 1e-5 ≤ d1), and a constant field where the cap 100·h0 binds, and a time-dependent field whose
-    second-derivative estimate d2 decides the step.
-    Measured: equal to rounding (≤ 2e-16 relative)."""
+    state off equilibrium (d0 < 1e-5 ≤ d1), a constant field where the cap 100·h0 binds, and a
+    time-dependent and a non-linear field whose second-derivative estimate d2 decides the
+    step. Measured: equal to rounding (≤ 2e-16 relative)."""
     import diffrax as dfx
 
     from rollball_jax import _rk, discrete_adjoint
@@ -280,7 +280,8 @@ def test_initial_step_is_diffraxs():
              (lambda t, y: A @ (y - jnp.array([1.0, -0.5])), jnp.array([1.0, -0.5]), 1e-8, 1e-8),
              (lambda t, y: A @ y + jnp.array([0.0, 1.0]), jnp.zeros(2), 1e-8, 1e-8),
              (lambda t, y: jnp.ones(2), jnp.full(2, 1e-9), 1e-9, 1e-9),
-             (lambda t, y: jnp.exp(5.0 * t) * jnp.ones(2), jnp.ones(2), 1e-6, 1e-6)]
+             (lambda t, y: jnp.exp(5.0 * t) * jnp.ones(2), jnp.ones(2), 1e-6, 1e-6),
+             (lambda t, y: y**2, jnp.ones(2), 1e-6, 1e-6)]
     steps = []
     for rhs, y0, rtol, atol in cases:
         ours = float(_rk.hairer_initial_step(rhs, 0.0, y0, rhs(0.0, y0), rtol, atol, tab.error_order))
@@ -292,7 +293,7 @@ def test_initial_step_is_diffraxs():
     d0 = float(jnp.sqrt(jnp.mean((cases[1][1] / (1e-10 + 1e-6 * jnp.abs(cases[1][1]))) ** 2)))
     assert 1e-5 < d0 < 1.0 and steps[1] > 1e-4  # the scaled branch, far from the 1e-6 fallback
     assert steps[2] == 1e-6 and steps[3] == 1e-6
-    # (the last case is time-dependent with d2 > d1: the Euler probe must look forward in time)
+    # (the last two have d2 > d1: the Euler probe must step forward in time, and in y along f0)
     # constant field: h0 = 0.01·d0/d1 = 1e-11 and h = 100·h0 (the cap binds; h1 ≈ 0.04)
     assert steps[5] == pytest.approx(1e-9, rel=1e-12)
 

@@ -402,7 +402,7 @@ def continuation(
     Raises ``ValueError`` when a sequence ``target_cost`` does not have one entry per stage.
     """
     targets = optimize_kw.pop("target_cost", None)
-    if targets is None or isinstance(targets, (int, float)):
+    if targets is None or np.ndim(targets) == 0:
         targets = [targets] * len(stages)
     targets = list(targets)
     if len(targets) != len(stages):

@@ -199,13 +199,18 @@ def write_figures(result, verification, out_dir: str | Path, *, title: str = "",
     return paths
 
 
+def _condition(metrics: dict, metric: str, limit: float) -> tuple[str, float, float, bool]:
+    """``(name, value, sign, met)`` of one condition ``metric <= limit``; a name prefixed with
+    ``-`` is negated first (``("-min_clearance", 0.0)``: clearance ≥ 0)."""
+    sign = -1.0 if metric.startswith("-") else 1.0
+    name = metric.lstrip("-")
+    value = float(metrics[name])
+    return name, value, sign, bool(sign * value <= limit)
+
+
 def _holds(metrics: dict, conditions: dict[str, float]) -> bool:
-    """Every ``metric <= limit`` (``-metric``: ``metric >= -limit``) holds in ``metrics``."""
-    for metric, limit in conditions.items():
-        sign = -1.0 if metric.startswith("-") else 1.0
-        if not sign * float(metrics[metric.lstrip("-")]) <= limit:
-            return False
-    return True
+    """Every condition of ``conditions`` (see :func:`_condition`) holds in ``metrics``."""
+    return all(_condition(metrics, metric, limit)[3] for metric, limit in conditions.items())
 
 
 def metrics_callback(problem, cost: Cost, conditions: dict[str, float]):
@@ -263,7 +268,8 @@ def run_experiment(
     per stage; ``stall_rtol``: stop a stage when its cost has not improved by this relative
     amount in 20 iterations (see :func:`~.optimize.optimize` and :func:`~.optimize.continuation`).
     ``stop_when``: ``{metric: limit}`` on the *design's* own metrics (same sign convention as
-    ``goals``); a stage stops once all of them hold (:func:`metrics_callback`), e.g. goals
+    ``goals``; evaluated with the last stage's terms, whose metrics do not depend on the
+    weights); a stage stops once all of them hold (:func:`metrics_callback`), e.g. goals
     made 10× tighter than the verified ones: the remaining iterations would only trade the
     regularising terms (control effort).
 
@@ -311,10 +317,9 @@ def run_experiment(
     m = ver.metrics | {"min_normal_verified": ver.contact["min_normal"]}
     goal_report = {}
     for label, (metric, limit) in (goals or {}).items():
-        sign = -1.0 if metric.startswith("-") else 1.0
-        value = m[metric.lstrip("-")]
-        goal_report[label] = {"metric": metric.lstrip("-"), "value": value, "relation": "<=" if sign > 0 else ">=",
-                              "limit": limit if sign > 0 else -limit + 0.0, "met": bool(sign * value <= limit)}
+        name, value, sign, met = _condition(m, metric, limit)
+        goal_report[label] = {"metric": name, "value": value, "relation": "<=" if sign > 0 else ">=",
+                              "limit": limit if sign > 0 else -limit + 0.0, "met": met}
     summary = {
         "experiment": description,
         "quick": quick,

@@ -158,7 +158,7 @@ def final_state(model, control, x0, t_span: TimeSpan, **solve_kw) -> Float[Array
     return trajectory(model, control, x0, jnp.asarray(t_span, dtype=jnp.float64), **solve_kw)[-1]
 
 
-def gc_position(model, x: Float[Array, " N"], x0: Float[Array, " N"], z_a: float = 0.0) -> Float[Array, "3"]:
+def gc_position(model, x: Float[Array, " N"], x0: Float[Array, " N"], z_a: float) -> Float[Array, "3"]:
     """Geometric centre (spatial frame, (3,)) of state ``x``; ``x0``/``z_a`` fix the disk's offset (5.41)."""
     context = model.observable_context(x0, z_a=z_a)
     return model.observables(x, **context)["gc"]

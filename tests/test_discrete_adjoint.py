@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
-from conftest import PAPER_BALL_X0, make_paper_ball
+from conftest import PAPER_BALL_X0, PAPER_DISK_X0, make_paper_ball, make_paper_disk
 
 TOL = 1e-10
 
@@ -321,3 +321,44 @@ def test_save_time_just_after_a_kink_is_saved():
     assert np.max(np.abs(np.asarray(J_fwd))) > 1e-2 and rel(J_rev, J_fwd) < 1e-10
     with pytest.raises(Exception, match="save time was passed over"):
         rb.trajectory(ball, ctl, PAPER_BALL_X0, jnp.array([0.0, 14.0, after, 15.0]), rtol=1e-8, atol=1e-8)
+
+
+def test_throw_false_returns_inf_instead_of_raising():
+    """``throw=False`` (used by optimisers to reject a trial point): a solve that runs out of
+    steps, or whose save time was passed over, returns ``inf`` states instead of raising;
+    a solve that succeeds returns the same states as with ``throw=True``."""
+    ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
+    ts = jnp.array([0.0, 10.0, 20.0])  # ~60 steps: 16 are too few
+    ok = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts, rtol=1e-8, atol=1e-8, throw=False)
+    ref = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts, rtol=1e-8, atol=1e-8)
+    assert np.all(np.isfinite(ok)) and np.array_equal(np.asarray(ok), np.asarray(ref))
+    short = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts, rtol=1e-8, atol=1e-8, max_steps=16, throw=False)
+    assert np.all(np.isinf(np.asarray(short)))
+    spline = rb.CubicSplineControl(np.linspace(0.0, 20.0, 21), 0.1 * np.ones((3, 21)))
+    after = float(np.nextafter(14.0, 15.0))
+    missed = rb.trajectory(ball, spline, PAPER_BALL_X0, jnp.array([0.0, 14.0, after, 15.0]), rtol=1e-8,
+                           atol=1e-8, throw=False)
+    assert np.all(np.isinf(np.asarray(missed)))
+
+
+def test_disk_final_gc_follows_rolling_constraint_and_distance_is_smooth_at_target():
+    """Disk: the final GC is z_a − r(φ(T) − φ(0)) (5.41) with the given z_a (default 0), at
+    height 0; ``distance_to_target`` is exactly 0 at the final GC, with a finite (zero)
+    gradient there (it is written as sqrt(d² + tiny))."""
+    disk, ctl = make_paper_disk(), rb.PaperStep.disk(4)
+    x0 = jnp.asarray(PAPER_DISK_X0)
+    xT = rb.final_state(disk, ctl, x0, (0.0, 2.0))
+    roll = -float(disk.radius) * float(xT[8] - x0[8])
+    assert abs(roll) > 1e-2  # the disk has rolled
+    gc = rb.final_gc(disk, ctl, x0, (0.0, 2.0), z_a=0.7)
+    np.testing.assert_allclose(np.asarray(gc), [0.7 + roll, 0.0, 0.0], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(rb.final_gc(disk, ctl, x0, (0.0, 2.0)))[0], roll, rtol=0, atol=1e-14)
+
+    def dist(x, target):
+        return rb.distance_to_target(disk, ctl, x, (0.0, 2.0), target)
+
+    target = np.asarray(rb.final_gc(disk, ctl, x0, (0.0, 2.0)))[:2]
+    assert float(dist(x0, target)) < 1e-140
+    g = jax.grad(dist)(x0, target)
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.max(jnp.abs(g))) == 0.0
+    assert float(dist(x0, target + np.array([0.3, 0.4]))) == pytest.approx(0.5, rel=1e-12)

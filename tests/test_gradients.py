@@ -183,3 +183,20 @@ def test_backsolve_adjoint_close_to_discrete_gradient():
     # (1e-13, rounding of one route is ~1e-15) catches "backsolve" silently running the default.
     diff = rel_err(flat_back, flat_rev)
     assert 1e-13 <= diff <= 1e-6, diff
+
+
+def test_running_cost_values_are_exact_integrals():
+    """``running_cost`` returns the integral itself (not another component of the augmented
+    state): ∫1 dt = T, ∫t dt = T²/2 and ∫θ̇₁ dt = θ₁(T) − θ₁(0) (the mass's rail angle, from
+    ``final_state``), to the solve tolerance."""
+    ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
+    x0 = jnp.asarray(PAPER_BALL_X0)
+    span = (0.0, 3.0)
+    one = rb.running_cost(ball, ctl, x0, span, lambda t, x: jnp.ones(()))
+    lin = rb.running_cost(ball, ctl, x0, span, lambda t, x: t)
+    dtheta = rb.running_cost(ball, ctl, x0, span, lambda t, x: x[3])
+    xT = rb.final_state(ball, ctl, x0, span)
+    assert float(one) == pytest.approx(3.0, rel=1e-12)
+    assert float(lin) == pytest.approx(4.5, rel=1e-12)
+    assert abs(float(xT[0] - x0[0])) > 0.1  # the first mass has moved along its rail
+    assert float(dtheta) == pytest.approx(float(xT[0] - x0[0]), rel=1e-8)  # tol 1e-10 on both

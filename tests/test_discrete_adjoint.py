@@ -110,9 +110,8 @@ def test_equilibrium_running_cost_gradient_matches_linearised_pendulum():
     disk, x0, omega = _hanging_disk()
     ctl = rb.ConstantControl([0.0])
 
-    def cost(x, tangent_control=True):
-        return rb.running_cost(disk, ctl, x, (0.0, 20.0), lambda t, y: y[2], rtol=TOL, atol=TOL,
-                               tangent_control=tangent_control)
+    def cost(x, **kw):  # the default step control unless kw says otherwise
+        return rb.running_cost(disk, ctl, x, (0.0, 20.0), lambda t, y: y[2], rtol=TOL, atol=TOL, **kw)
 
     expect = (1.0 - np.cos(omega * 20.0)) / omega**2
     assert float(cost(x0)) == pytest.approx(20.0 * float(x0[2]), rel=1e-12)  # at rest: φ(t) = φ(0)

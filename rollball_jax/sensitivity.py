@@ -194,12 +194,15 @@ def running_cost(
     adjoint: str | dfx.AbstractAdjoint = "discrete",
     checkpoints: int | None = None,
     tangent_control: bool = True,
+    throw: bool = True,
 ) -> Float[Array, ""]:
     """∫_{t0}^{t1} L(t, x(t)) dt with ``integrand(t, x) -> L`` (scalar).
 
     The integral is appended to the state as one more ODE component (ċ = L), so it is
     computed to the solve tolerance and differentiated like the trajectory (discrete
     adjoint only). ``integrand`` must not close over values being differentiated.
+    A solve that needs more than ``max_steps`` steps raises naming it (``throw=False``:
+    returns ``inf``), as :func:`trajectory` does.
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):
@@ -214,7 +217,7 @@ def running_cost(
 
     ys = discrete_adjoint.solve(
         field, params, jnp.concatenate([x0, jnp.zeros(1)]), ts, control.kink_times, solver=solver, rtol=rtol,
-        atol=atol, max_steps=max_steps, tangent_control=tangent_control,
+        atol=atol, max_steps=max_steps, tangent_control=tangent_control, throw=throw,
     )
     return ys[-1, -1]
 

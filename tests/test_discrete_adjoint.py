@@ -167,6 +167,10 @@ def test_too_many_steps_raises_naming_max_steps():
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
     with pytest.raises(Exception, match="max_steps"):
         jax.block_until_ready(rb.final_gc(ball, ctl, PAPER_BALL_X0, (0.0, 20.0), max_steps=16))
+    cost = dict(integrand=lambda t, x: x[3], max_steps=16)
+    with pytest.raises(Exception, match="max_steps"):
+        jax.block_until_ready(rb.running_cost(ball, ctl, PAPER_BALL_X0, (0.0, 20.0), **cost))
+    assert np.isinf(float(rb.running_cost(ball, ctl, PAPER_BALL_X0, (0.0, 20.0), **cost, throw=False)))
 
 
 # --------------------------------------------------------------------------------------

@@ -201,17 +201,16 @@ def adaptive_solve(
     dtmax=None,
     save_ts=None,
     chunk: int = 16,
-    probe_f=None,
     probe_v0=None,
     rolled: bool = True,
 ):
     """Adaptive solve over ``[t0, t1]`` that steps onto every save time and records its steps.
 
     ``f(t, y)``: vector field. ``save_ts`` ``(T,)`` (within [t0, t1]) are step stops: the
-    states there are step ends, not interpolated. ``probe_f(t, y, v)`` (optional) returns
-    the directional derivative ``∂f/∂y(t, y)·v`` for probe tangents ``v`` ``(P, N)``
-    started at ``probe_v0``; their local error is controlled too (derivative-aware step
-    control, as CVODES does for forward sensitivities), with the same tolerances.
+    states there are step ends, not interpolated. ``probe_v0`` ``(1, N)`` (optional): a
+    probe tangent of the variational equation ``v̇ = ∂f/∂y·v``, carried as a perturbed copy
+    of the state; its local error is controlled too (derivative-aware step control, as
+    CVODES does for forward sensitivities), with the same tolerances.
 
     Returns ``(record, y_end, t_end, ok, stats)``; ``ok`` is False if ``max_steps``
     (accepted + rejected) ran out before ``t1``.
@@ -224,7 +223,7 @@ def adaptive_solve(
     save_ts = jnp.stack([t0, t1]) if save_ts is None else jnp.asarray(save_ts, dtype=y0.dtype)
     T = save_ts.shape[0]
     stop_ts = save_ts
-    use_probe = probe_f is not None
+    use_probe = probe_v0 is not None
 
     if use_probe:
         if probe_v0.shape[0] != 1:

@@ -93,7 +93,6 @@ def solve(
         tab, lambda t, y: vf(p_sg, t, y), t0, t1, x0_sg, rtol=rtol, atol=atol, jump_ts=kinks,
         max_steps=max_steps, dt0=dt0, dtmax=dtmax, save_ts=lax.stop_gradient(save_ts), chunk=CHUNK,
         probe_v0=jnp.asarray(_probe_direction(n)) if tangent_control else None,
-        probe_f=True if tangent_control else None,
     )
     record = lax.stop_gradient(record)
     n_acc = record.num_accepted

@@ -384,3 +384,28 @@ def test_disk_final_gc_follows_rolling_constraint_and_distance_is_smooth_at_targ
     g = jax.grad(dist)(x0, target)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.max(jnp.abs(g))) == 0.0
     assert float(dist(x0, target + np.array([0.3, 0.4]))) == pytest.approx(0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("kinks, exact", [([1.0], 1.0), ([0.5, 1.0], 2.25)], ids=["one kink", "two kinks"])
+def test_declared_kinks_are_step_stops(kinks, exact):
+    """ẏ = p·Σ|t − kᵢ| is piecewise linear in t: Runge–Kutta integrates each piece exactly, so
+    with the kinks declared (steps stop at them) y(2) = p·∫₀²Σ|t − kᵢ|dt to rounding at a
+    loose tolerance, and so is its derivative in p. Undeclared, the steps straddle the
+    kinks and the error is at the tolerance level (measured: 2e-16 and 9e-16 declared, the
+    derivative exact; 2.2e-4 and 5.9e-4 undeclared, at rtol = atol = 1e-4). One kink
+    matters: a single jump time must not be dropped as "no jump times"."""
+    from rollball_jax import discrete_adjoint
+
+    ks = jnp.asarray(kinks)
+
+    def vf(p, t, y):
+        return p * jnp.sum(jnp.abs(t - ks)) * jnp.ones(1)
+
+    def y2(p, declared=True):
+        return discrete_adjoint.solve(vf, p, jnp.zeros(1), jnp.array([0.0, 2.0]), ks if declared else None,
+                                      rtol=1e-4, atol=1e-4)[-1, 0]
+
+    p = jnp.asarray(1.3)
+    assert abs(float(y2(p)) - 1.3 * exact) <= 1e-13
+    assert abs(float(jax.grad(y2)(p)) - exact) <= 1e-13
+    assert abs(float(y2(p, declared=False)) - 1.3 * exact) > 1e-6

@@ -155,6 +155,27 @@ def test_refused_adjoints_name_the_one_that_works(name):
         rb.final_gc(ball, ctl, PAPER_BALL_X0, (0.0, 1.0), adjoint=name)
 
 
+def test_diffrax_adjoint_objects_refused_or_accepted_by_kind():
+    """diffrax adjoint objects: ``RecursiveCheckpointAdjoint()`` and ``DirectAdjoint()`` are
+    refused with their own reason and the adjoint that works; ``BacksolveAdjoint()`` is
+    used as given; any other adjoint object is refused, naming the supported ones."""
+    import diffrax as dfx
+
+    ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
+
+    def gc(adjoint):
+        return rb.final_gc(ball, ctl, PAPER_BALL_X0, (0.0, 1.0), adjoint=adjoint)
+
+    with pytest.raises(ValueError, match=r"RecursiveCheckpointAdjoint is refused: .*re-decides the steps.*adjoint='discrete'"):
+        gc(dfx.RecursiveCheckpointAdjoint())
+    with pytest.raises(ValueError, match=r"DirectAdjoint is refused: .*DirectAdjoint with adaptive steps.*adjoint='discrete'"):
+        gc(dfx.DirectAdjoint())
+    with pytest.raises(ValueError, match=r"ImplicitAdjoint is not supported here; choose one of .*backsolve"):
+        gc(dfx.ImplicitAdjoint())
+    backsolve = dfx.BacksolveAdjoint()
+    assert rb.sensitivity.resolve_adjoint(backsolve) is backsolve
+
+
 def test_implicit_solver_refused_by_discrete_adjoint():
     import diffrax as dfx
 

@@ -196,13 +196,16 @@ def running_cost(
     tangent_control: bool = True,
     throw: bool = True,
 ) -> Float[Array, ""]:
-    """∫_{t0}^{t1} L(t, x(t)) dt with ``integrand(t, x) -> L`` (scalar).
+    """∫_{t0}^{t1} L(t, x(t)) dt, a scalar ``()``, with ``integrand(t, x) -> L`` (scalar; ``x``
+    the state ``(N,)`` in the model's own coordinates) from ``x0`` ``(N,)`` over
+    ``t_span = (t0, t1)``.
 
     The integral is appended to the state as one more ODE component (ċ = L), so it is
     computed to the solve tolerance and differentiated like the trajectory (discrete
     adjoint only). ``integrand`` must not close over values being differentiated.
-    A solve that needs more than ``max_steps`` steps raises naming it (``throw=False``:
-    returns ``inf``), as :func:`trajectory` does.
+    Raises ``ValueError`` for an adjoint other than ``"discrete"``/``"forward"``; a solve
+    that needs more than ``max_steps`` steps raises naming it (``throw=False``: returns
+    ``inf``), as :func:`trajectory` does.
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):

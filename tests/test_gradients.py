@@ -187,7 +187,7 @@ def test_backsolve_adjoint_close_to_discrete_gradient():
     ts = jnp.array([0.0, 1.0, 2.0])
     xs_back = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts, adjoint="backsolve")
     xs_disc = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts)
-    assert rel_err(xs_back, xs_disc) <= 1e-7  # both at tol 1e-10 (interpolated vs step ends)
+    assert rel_err(xs_back, xs_disc) <= 1e-8  # measured 1.7e-10 (both at tol 1e-10)
 
 
 def test_running_cost_values_are_exact_integrals():
@@ -204,4 +204,6 @@ def test_running_cost_values_are_exact_integrals():
     assert float(one) == pytest.approx(3.0, rel=1e-12)
     assert float(lin) == pytest.approx(4.5, rel=1e-12)
     assert abs(float(xT[0] - x0[0])) > 0.1  # the first mass has moved along its rail
-    assert float(dtheta) == pytest.approx(float(xT[0] - x0[0]), rel=1e-8)  # tol 1e-10 on both
+    # θ₁(0) = 0, so the cost component and θ₁ obey the same ODE from the same start and take
+    # the same arithmetic: measured equal (0.0); the bound allows reordered rounding.
+    assert float(dtheta) == pytest.approx(float(xT[0] - x0[0]), rel=1e-12)

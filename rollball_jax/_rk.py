@@ -88,20 +88,40 @@ def rk_step_rolled(tab: Tableau, f, t0, t1, y0):
 
     The same map as the recording pass's step (up to rounding in the stage sums). One
     copy of the vector field in the program: its derivatives compile fast and, in
-    reverse mode, cost less than unrolled stages.
+    reverse mode, cost less than unrolled stages. Only the stages the solution needs are
+    evaluated (:func:`solution_stages`): a FSAL solver's last stage, ``f(t1, y1)``, feeds
+    only the error estimate and the next step, so Dopri8 replays 13 of its 14 stages and
+    Tsit5/Dopri5 6 of 7. The first stage runs in the loop too (``A[0] = 0``, ``C[0] = 0``),
+    so the program holds one copy of the vector field, not two: measured on the paper
+    ball, the reverse-mode gradient's XLA compile 4.0 → 3.3 s, the forward-mode
+    Jacobian's 2.9 → 2.4 s, run times and results unchanged.
     """
     S, A, C = stage_matrices(tab)
-    A, C, B = jnp.asarray(A), jnp.asarray(C), jnp.asarray(tab.b_sol)
+    S = solution_stages(tab)
+    A, C, B = jnp.asarray(A[:S, :S]), jnp.asarray(C[:S]), jnp.asarray(tab.b_sol[:S])
     h = t1 - t0
-    K = jnp.zeros((S,) + y0.shape, y0.dtype).at[0].set(h * f(t0, y0))
+    K = jnp.zeros((S,) + y0.shape, y0.dtype)
 
     def stage(i, K):
         yi = y0 + _weighted_sum(A[i], K)
         ti = jnp.where(C[i] == 1.0, t1, t0 + C[i] * h)
         return K.at[i].set(h * f(ti, yi))
 
-    K = lax.fori_loop(1, S, stage, K)
+    K = lax.fori_loop(0, S, stage, K)
     return y0 + _weighted_sum(B, K)
+
+
+def solution_stages(tab: Tableau) -> int:
+    """Number of leading stages the solution ``y1 = y0 + Σ b_i k_i`` depends on: one past
+    the last stage that has a nonzero weight ``b_i`` or feeds (through ``A``) a stage that
+    has one. The stages after it only serve the error estimate (and FSAL)."""
+    S, A, _ = stage_matrices(tab)
+    needed = [b != 0.0 for b in tab.b_sol]
+    for i in reversed(range(S)):
+        if needed[i]:
+            for j in range(i):
+                needed[j] = needed[j] or A[i, j] != 0.0
+    return max(i for i in range(S) if needed[i]) + 1
 
 
 def stage_matrices(tab: Tableau):
@@ -266,9 +286,12 @@ def adaptive_solve(
         A_j, C_j = jnp.asarray(A_), jnp.asarray(C_)
         B_sol, B_err = jnp.asarray(tab.b_sol), jnp.asarray(tab.b_err)
 
-    def step_rolled(ta, tb, z, fz):
-        # Stages in a fori_loop around one copy of the vector field: ~10x faster to
-        # compile than the unrolled stages, ~1.2x slower to run (measured, paper ball).
+    def step_rolled(ta, tb, z, fz, fresh):
+        # Stages in a loop around one copy of the vector field: ~10x faster to compile
+        # than the unrolled stages, ~1.2x slower to run (measured, paper ball). With
+        # ``fresh`` (first step, after a jump, or a solver without FSAL) the loop starts
+        # at stage 0 and evaluates f(ta, z) itself (A[0] = 0, C[0] = 0): no second copy
+        # of the vector field in the program.
         h = tb - ta
         K = jnp.zeros((S_,) + z.shape, z.dtype).at[0].set(h * fz)
 
@@ -277,13 +300,14 @@ def adaptive_solve(
             ti = jnp.where(C_j[i] == 1.0, tb, ta + C_j[i] * h)
             return lax.dynamic_update_index_in_dim(K, h * F(ti, zi), i, 0)
 
-        K = lax.fori_loop(1, S_, stage, K)
+        K = lax.fori_loop(jnp.where(fresh, 0, 1), S_, stage, K)
         z1 = z + _weighted_sum(B_sol, K)
         err = _weighted_sum(B_err, K)
         return z1, err, K[-1] / h
 
     # Generic (pytree) RK step for the augmented state.
-    def step_unrolled(ta, tb, z, fz):
+    def step_unrolled(ta, tb, z, fz, fresh):
+        del fresh  # the caller re-evaluated fz
         h = tb - ta
         ks = [scale(h, fz)]
         fi = fz
@@ -310,7 +334,9 @@ def adaptive_solve(
         return z1, err, fi
 
     step = step_rolled if rolled else step_unrolled
-    fz0 = F(t0, z0)
+    # The rolled step evaluates the first stage itself when told (``fresh``); the unrolled
+    # one is handed f(t, z).
+    fz0 = jax.tree.map(jnp.zeros_like, z0) if rolled else F(t0, z0)
     if dt0 is None:
         # diffrax 0.7's PIDController starts with 0.01 here: `diffeqsolve` wraps the term
         # (direction), so its Hairer initial-step selection is skipped. Kept for equal steps.
@@ -342,7 +368,7 @@ def adaptive_solve(
     )
     del save_index0
     state0 = dict(
-        tprev=jnp.asarray(t0, dtype), tnext=tnext, z=z0, fz=fz0, made_jump=jnp.asarray(False),
+        tprev=jnp.asarray(t0, dtype), tnext=tnext, z=z0, fz=fz0, made_jump=jnp.asarray(rolled),
         n_steps=jnp.asarray(0, jnp.int32), n_acc=jnp.asarray(0, jnp.int32), rec=rec0,
     )
 
@@ -351,8 +377,11 @@ def adaptive_solve(
 
     def body(s):
         ta, tb, z = s["tprev"], s["tnext"], s["z"]
-        fz = lax.cond(s["made_jump"], lambda: F(ta, z), lambda: s["fz"]) if jump_ts.shape[0] else s["fz"]
-        z1, err, f_last = step(ta, tb, z, fz)
+        if rolled:
+            fz = s["fz"]
+        else:
+            fz = lax.cond(s["made_jump"], lambda: F(ta, z), lambda: s["fz"]) if jump_ts.shape[0] else s["fz"]
+        z1, err, f_last = step(ta, tb, z, fz, s["made_jump"])
         serr = _err_norm(z, z1, err)
         keep = serr < 1.0
         inv = lax.stop_gradient(1.0 / serr)
@@ -371,6 +400,9 @@ def adaptive_solve(
         y1 = z1[0] if use_probe else z1
         if tab.fsal:
             f_next = f_last
+        elif rolled:
+            f_next = f_last  # unused: the next step is fresh
+            jumped = jnp.asarray(True)
         else:
             f_next = F(tb, z1)
         # Record. Slot n is (over)written on every attempt; the accepted one stays.

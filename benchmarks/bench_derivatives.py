@@ -10,7 +10,9 @@ Rows:
     of the model and control, and x0) by reverse mode through the discrete adjoint
     (default ``adjoint="discrete"``, tangent-aware step control on);
   * the Jacobian of the final GC (2 outputs) w.r.t. the same parameters by forward mode;
-each with compile time, steady per-call time (median) and ratio to the forward solve.
+each with compile time, steady per-call time (median) and ratio to the forward solve; the
+solve rows are timed side by side (rounds of five calls of each, the last three timed),
+so the ratios hold on a machine whose speed drifts.
 Last lines: ``gradient_compile_s: X`` then ``gradient_over_forward: X`` (reverse-mode
 gradient time / forward solve time).
 
@@ -61,9 +63,35 @@ def timed(fn, *args, repeats: int):
     return max(first - steady, 0.0), steady
 
 
+def timed_side_by_side(calls: dict, repeats: int) -> dict:
+    """``{name: (compile+first call − steady [s], median steady call [s])}`` for ``calls``
+    ``{name: (jitted fn, args)}``: each is compiled first, then the timed calls take turns
+    (per round, each is called five times and the last three calls timed: warm caches, as
+    in a loop of calls), so a machine whose speed drifts during the run shifts every row alike and
+    the ratios between rows stay meaningful."""
+    first = {}
+    for name, (fn, fargs) in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*fargs))
+        first[name] = time.perf_counter() - start
+    samples = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, (fn, fargs) in calls.items():
+            for k in range(5):  # two untimed calls warm the caches, as in a loop of calls
+                start = time.perf_counter()
+                jax.block_until_ready(fn(*fargs))
+                if k >= 2:
+                    samples[name].append(time.perf_counter() - start)
+    out = {}
+    for name in calls:
+        steady = statistics.median(samples[name])
+        out[name] = (max(first[name] - steady, 0.0), steady, min(samples[name]))
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=30, help="timed repeats per row (median reported)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed repeats per row (median reported); for the solve rows, rounds of 3 timed calls")
     args = parser.parse_args(argv)
 
     print("rollball_jax derivative benchmark: paper ball (Putkaradze & Rogers, sec. 7), t in [0, 20], tol 1e-10")
@@ -101,14 +129,6 @@ def main(argv=None) -> None:
     recording = jax.jit(lambda p: gc(p, "discrete"))
     grad_rev = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0]))
     jac_fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "discrete")))
-    c_f, s_f = timed(forward, params, repeats=args.repeats)
-    c_d, s_d = timed(recording, params, repeats=args.repeats)
-    c_r, s_r = timed(grad_rev, params, repeats=args.repeats)
-    c_j, s_j = timed(jac_fwd, params, repeats=args.repeats)
-    g_rev = np.asarray(jax.flatten_util.ravel_pytree(grad_rev(params))[0])
-    g_fwd = np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], jac_fwd(params)))[0])
-    agree = float(np.max(np.abs(g_rev - g_fwd)) / np.max(np.abs(g_fwd)))
-    prim = float(np.max(np.abs(np.asarray(recording(params)) - np.asarray(forward(params)))))
     # -- floor of any reverse pass built from VJPs of the vector field ---------------------
     # The recorded solve has K accepted steps of S stages; a reverse pass needs (at least)
     # one VJP of the field w.r.t. (state, parameters) per stage. Here exactly K·S of them
@@ -135,7 +155,16 @@ def main(argv=None) -> None:
 
         return jax.lax.fori_loop(0, n_vjp, body, (jnp.ones_like(y), jax.tree_util.tree_map(jnp.zeros_like, p)))
 
-    c_v, s_v = timed(vjp_floor, vf_params, x, repeats=args.repeats)
+    timings = timed_side_by_side({
+        "forward": (forward, (params,)), "recording": (recording, (params,)), "reverse": (grad_rev, (params,)),
+        "jacfwd": (jac_fwd, (params,)), "vjps": (vjp_floor, (vf_params, x)),
+    }, repeats=args.repeats)
+    (c_f, s_f, b_f), (c_d, s_d, b_d), (c_r, s_r, b_r), (c_j, s_j, _), (c_v, s_v, b_v) = (
+        timings[k] for k in ("forward", "recording", "reverse", "jacfwd", "vjps"))
+    g_rev = np.asarray(jax.flatten_util.ravel_pytree(grad_rev(params))[0])
+    g_fwd = np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], jac_fwd(params)))[0])
+    agree = float(np.max(np.abs(g_rev - g_fwd)) / np.max(np.abs(g_fwd)))
+    prim = float(np.max(np.abs(np.asarray(recording(params)) - np.asarray(forward(params)))))
 
     rows.append(("forward solve (final GC)", c_f, s_f, 1.0, "jit(rb.integrate), Dopri8"))
     rows.append(("discrete adjoint primal", c_d, s_d, s_d / s_f, f"recording pass; |GC - integrate| {prim:.1e}"))
@@ -154,6 +183,7 @@ def main(argv=None) -> None:
     print(f"autodiff Jacobian is {s_cs / s_ad:.1f}x faster than complex step")
     print(f"gradient_compile_s: {c_r:.2f}")
     print(f"gradient_floor_over_forward: {(s_d + s_v) / s_f:.2f}  (recording pass + the VJPs alone)")
+    print(f"best of {3 * args.repeats}: gradient/forward {b_r / b_f:.2f}, floor/forward {(b_d + b_v) / b_f:.2f}")
     print(f"gradient_over_forward: {s_r / s_f:.2f}")
 
 

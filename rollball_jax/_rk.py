@@ -39,6 +39,26 @@ FACTOR_MIN = 0.2
 FACTOR_MAX = 10.0
 DIFFRAX_FIRST_STEP = 0.01
 PROBE_EPS = 1e-5
+#: The probe tangent's local error is held to ``TANGENT_TOLERANCE_FACTOR`` times the state's
+#: tolerances. The probe is there so that the steps are never blind to the linearised
+#: dynamics (a state at rest has zero error estimate); holding the tangent as tightly as the
+#: state (factor 1, as CVODES does with ``errconS`` on; its default is off) tightens the
+#: steps beyond that. Measured, Dopri8, paper ball over [0, 20] (|∂GC/∂x0| error against tol
+#: 1e-13; accepted steps), and the hanging disk's ∂φ(20)/∂φ̇(0) against sin(ωT)/ω:
+#:
+#: ========  ===========================  ==============================  ====================
+#: factor    ball, tol 1e-10              ball, tol 1e-6 / 1e-8            disk, tol 1e-10 / 1e-6
+#: ========  ===========================  ==============================  ====================
+#: 1         69 steps, 3.4e-11             3.2e-7 / 2.9e-9                   3.1e-11 / 3.2e-6
+#: 10        55 steps, 2.4e-10             1.3e-6 / 2.6e-8                   1.9e-10 / 6.4e-5
+#: 100       49 steps, 4.4e-10             5.7e-6 / 3.5e-8                   1.6e-9 / 6.4e-4
+#: no probe  47 steps, 6.0e-10             5.7e-6 / 4.7e-8                   O(1) wrong
+#: ========  ===========================  ==============================  ====================
+#:
+#: With 10 the derivative is more accurate than the plain solve's own steps give, the
+#: equilibrium is resolved, and a derivative costs ~20 % less than with 1 (over [0, 100]:
+#: 291 steps instead of 382).
+TANGENT_TOLERANCE_FACTOR = 10.0
 
 
 class Tableau(eqx.Module):
@@ -230,7 +250,8 @@ def adaptive_solve(
     states there are step ends, not interpolated. ``probe_v0`` ``(1, N)`` (optional): a
     probe tangent of the variational equation ``v̇ = ∂f/∂y·v``, carried as a perturbed copy
     of the state; its local error is controlled too (derivative-aware step control, as
-    CVODES does for forward sensitivities), with the same tolerances.
+    CVODES does for forward sensitivities with ``errconS`` on), with tolerances
+    ``TANGENT_TOLERANCE_FACTOR`` times the state's.
 
     Returns ``(record, y_end, t_end, ok, stats)``; ``ok`` is False if ``max_steps``
     (accepted + rejected) ran out before ``t1``.
@@ -278,7 +299,7 @@ def adaptive_solve(
 
         if use_probe:
             tangent = lambda z: (z[1] - z[0]) / eps
-            return jnp.maximum(one(z0_[0], z1_[0], e[0]), one(tangent(z0_), tangent(z1_), tangent(e)))
+            return jnp.maximum(one(z0_[0], z1_[0], e[0]), one(tangent(z0_), tangent(z1_), tangent(e)) / TANGENT_TOLERANCE_FACTOR)
         return one(z0_, z1_, e)
 
     if rolled:

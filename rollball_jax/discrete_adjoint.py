@@ -7,9 +7,10 @@ A solve is done in two passes:
    ``stop_gradient`` records every accepted step ``[t_n, t_{n+1}]`` and the state after
    every ``chunk``-th step. With ``tangent_control`` (default) one probe tangent of the
    variational equation ``v̇ = ∂f/∂x·v`` is integrated alongside and its local error is
-   controlled as well, so that steps also resolve what the derivative sees (a state at
-   rest, whose own error estimate is zero, still gets steps that resolve its
-   linearised oscillations — as CVODES includes forward sensitivities in its error test).
+   controlled as well (to ``_rk.TANGENT_TOLERANCE_FACTOR`` = 10 times the state's
+   tolerances), so that steps also resolve what the derivative sees (a state at rest,
+   whose own error estimate is zero, still gets steps that resolve its linearised
+   oscillations — as CVODES can include forward sensitivities in its error test).
 2. **Replay.** The recorded steps are replayed, chunk by chunk, as a *fixed* sequence of
    Runge–Kutta maps. Each chunk is a ``jax.custom_jvp`` function whose primal value is
    looked up from the record (no recomputation) and whose tangent is the JVP of the

@@ -10,11 +10,14 @@ Rows:
     of the model and control, and x0) by reverse mode through the discrete adjoint
     (default ``adjoint="discrete"``, tangent-aware step control on);
   * the Jacobian of the final GC (2 outputs) w.r.t. the same parameters by forward mode;
+  * the floor of any reverse pass: one VJP of the vector field per recorded step and
+    replayed stage, back to back, nothing else;
 each with compile time, steady per-call time (median) and ratio to the forward solve; the
 solve rows are timed side by side (rounds of five calls of each, the last three timed),
 so the ratios hold on a machine whose speed drifts.
-Last lines: ``gradient_compile_s: X`` then ``gradient_over_forward: X`` (reverse-mode
-gradient time / forward solve time).
+Last lines: ``gradient_compile_s: X``, ``gradient_floor_over_forward: X`` (recording pass
++ the VJPs, over the forward solve), the best-of ratios, then ``gradient_over_forward: X``
+(reverse-mode gradient time / forward solve time, medians).
 
 Run: ``python benchmarks/bench_derivatives.py [--repeats N]``.
 """

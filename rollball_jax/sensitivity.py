@@ -104,12 +104,17 @@ def trajectory(
     tangent_control: bool = True,
     dtmax: RealScalar | None = None,
     throw: bool = True,
+    dense: bool = False,
 ) -> Float[Array, "T N"]:
     """States at the save times ``ts`` ``(T,)`` (``t0 = ts[0]``, strictly increasing), shape ``(T, N)``.
 
     Differentiable in all inexact array leaves of ``model``, ``control`` and ``x0``
     (see the module docstring for ``adjoint``). The save times are step stops, so the
-    states there are step ends of the differentiated discrete map. ``tangent_control``:
+    states there are step ends of the differentiated discrete map; with ``dense=True``
+    they are not (only ``ts[-1]`` is): the states there are the solver's dense output on
+    the steps of a solve to ``ts[-1]``, accurate to about the tolerance and much cheaper
+    for many save times (see :func:`rollball_jax.discrete_adjoint.solve`; the
+    ``"backsolve"`` route always saves by diffrax's dense output). ``tangent_control``:
     include a probe tangent in the error control (default; needed for derivatives from
     an equilibrium). ``dtmax``: optional maximum step. ``max_steps``: static bound on
     the steps (accepted + rejected) that sizes the recording buffers; a solve that needs
@@ -131,7 +136,7 @@ def trajectory(
     vf, params = discrete_adjoint.model_field(model, control)
     return discrete_adjoint.solve(
         vf, params, x0, ts, control.kink_times, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps,
-        dtmax=dtmax, tangent_control=tangent_control, throw=throw,
+        dtmax=dtmax, tangent_control=tangent_control, throw=throw, dense=dense,
     )
 
 

@@ -140,16 +140,15 @@ def rk_stages(tab: Tableau, f, t0, t1, y0, n_stages: int | None = None):
     return lax.fori_loop(0, S, stage, K)
 
 
-def dense_output(tab: Tableau, f, t_start, t_end, y_start, s):
-    """State at time ``s`` inside (or at the end of) the step ``[t_start, t_end]`` that
-    starts from ``y_start`` ``(N,)``: the step's stages are recomputed and diffrax's dense
-    output of the solver (``tab.interpolation``, for Dopri8 a 7th-order polynomial through
-    all 14 stages) is evaluated at ``s``; at ``s = t_end`` exactly it is the step's own
-    end state ``y0 + Σ b_i k_i``. Differentiable; ``jax.vmap`` it over save times."""
-    K = rk_stages(tab, f, t_start, t_end, y_start)
-    y1 = y_start + _weighted_sum(jnp.asarray(tab.b_sol), K)
-    interp = tab.interpolation(t0=t_start, t1=t_end, y0=y_start, y1=y1, k=K)
-    return jnp.where(s == t_end, y1, interp.evaluate(s))
+def interpolate_saves(tab: Tableau, t_start, t_end, y_start, y_end, K, save_ts):
+    """States at every time of ``save_ts`` ``(T,)`` by the dense output of one step
+    ``[t_start, t_end]`` from ``y_start`` to ``y_end`` with all stage increments ``K``
+    ``(S, N)`` (diffrax's ``tab.interpolation``; for Dopri8 a 7th-order polynomial
+    through the 14 stages), ``(T, N)``; at ``t_end`` exactly, ``y_end``. Only the rows of
+    save times inside the step mean anything; the caller selects them."""
+    interp = tab.interpolation(t0=t_start, t1=t_end, y0=y_start, y1=y_end, k=K)
+    vals = jax.vmap(interp.evaluate)(save_ts)
+    return jnp.where((save_ts == t_end)[:, None], y_end[None, :], vals)
 
 
 def solution_stages(tab: Tableau) -> int:
@@ -246,8 +245,8 @@ class Record(eqx.Module):
     saves: jax.Array  # (T, N): states at the save times (step ends)
     save_chunk: jax.Array  # (T,) int: chunk in which save j was written (-1: at t0; -2: never)
     # dense output only (``adaptive_solve(..., dense=True)``; else -1 / 0): per save time j,
-    # the accepted step that contains it and its times; ``saves[j]`` is then that step's
-    # start state (the anchor of the dense output), not the state at the save time.
+    # the accepted step that contains it and its times (``saves[j]`` is then the dense
+    # output of that step at the save time).
     save_step: jax.Array  # (T,) int
     save_t_start: jax.Array  # (T,)
     save_t_end: jax.Array  # (T,)
@@ -283,8 +282,8 @@ def adaptive_solve(
 
     ``dense``: the save times are not step stops (only ``t1`` is); for each save time the
     record holds the accepted step that contains it (``save_step``, ``save_t_start``,
-    ``save_t_end``) and that step's start state in ``saves`` (the *anchor*, from which
-    :func:`dense_output` gives the state at the save time).
+    ``save_t_end``) and, in ``saves``, the state there by that step's dense output
+    (:func:`interpolate_saves`).
 
     Returns ``(record, y_end, t_end, ok, stats)``; ``ok`` is False if ``max_steps``
     (accepted + rejected) ran out before ``t1``.
@@ -357,7 +356,7 @@ def adaptive_solve(
         K = lax.fori_loop(jnp.where(fresh, 0, 1), S_, stage, K)
         z1 = z + _weighted_sum(B_sol, K)
         err = _weighted_sum(B_err, K)
-        return z1, err, K[-1] / h
+        return z1, err, K[-1] / h, K
 
     # Generic (pytree) RK step for the augmented state.
     def step_unrolled(ta, tb, z, fz, fresh):
@@ -385,7 +384,7 @@ def adaptive_solve(
         for c, k in zip(tab.b_err, ks):
             if c != 0.0:
                 err = scale(c, k) if err is None else add(err, scale(c, k))
-        return z1, err, fi
+        return z1, err, fi, jax.tree.map(lambda *k: jnp.stack(k), *ks)
 
     step = step_rolled if rolled else step_unrolled
     # The rolled step evaluates the first stage itself when told (``fresh``); the unrolled
@@ -423,7 +422,7 @@ def adaptive_solve(
         save_t_start=jnp.zeros((T,), dtype),
         save_t_end=jnp.zeros((T,), dtype),
     )
-    if dense:  # every save, t0's included, is anchored at the start of its step
+    if dense:  # every save, t0's included, is written by the step that contains it
         rec0["saves"] = jnp.zeros((T, N), dtype)
         rec0["save_chunk"] = jnp.full((T,), -2, jnp.int32)
     del save_index0
@@ -441,7 +440,7 @@ def adaptive_solve(
             fz = s["fz"]
         else:
             fz = lax.cond(s["made_jump"], lambda: F(ta, z), lambda: s["fz"]) if jump_ts.shape[0] else s["fz"]
-        z1, err, f_last = step(ta, tb, z, fz, s["made_jump"])
+        z1, err, f_last, K_step = step(ta, tb, z, fz, s["made_jump"])
         serr = _err_norm(z, z1, err)
         keep = serr < 1.0
         inv = lax.stop_gradient(1.0 / serr)
@@ -479,12 +478,13 @@ def adaptive_solve(
         upd = lax.dynamic_update_index_in_dim
         if dense:
             # Saves in (t_a, t_b] (or in the gap a jump hops over, up to nt0; t0's in the first
-            # step) not yet anchored get this step and its start state.
+            # step) not yet written get this step's dense output.
             new = keep & (rec["save_step"] < 0) & (save_ts <= jnp.maximum(tb, nt0))
             y_a = z[0] if use_probe else z
+            vals = interpolate_saves(tab, ta, tb, y_a, y1, K_step[:, 0] if use_probe else K_step, save_ts)
             saves_update = dict(
                 save_index=upd(rec["save_index"], jnp.asarray(-1, jnp.int32), n, 0),
-                saves=jnp.where(new[:, None], y_a[None, :], rec["saves"]),
+                saves=jnp.where(new[:, None], vals, rec["saves"]),
                 save_chunk=jnp.where(new, n // chunk, rec["save_chunk"]).astype(jnp.int32),
                 save_step=jnp.where(new, n, rec["save_step"]).astype(jnp.int32),
                 save_t_start=jnp.where(new, ta, rec["save_t_start"]),

@@ -80,12 +80,11 @@ def solve(
     (default ``Dopri8``); others raise :class:`~rollball_jax.errors.ModelError`.
 
     ``dense=True``: the save times are not step stops (only ``t1`` is); the state at each
-    is the solver's dense output (:func:`rollball_jax._rk.dense_output`) on the accepted
-    step that contains it, recomputed from that step's start state, which the replay
-    provides. The steps are then those of a solve to ``t1`` alone, however many save
+    is the solver's dense output (:func:`rollball_jax._rk.interpolate_saves`) on the
+    accepted step that contains it, formed from that step's stages in the recording pass
+    and in the replay (which then evaluates all stages, the FSAL one included). The steps are then those of a solve to ``t1`` alone, however many save
     times there are (the paper ball over [0, 10] with 201 save times: 201 steps as stops,
-    28 dense), and the derivative is that of the interpolated discrete map. The dense
-    pass recomputes one step per save time (vectorised) and adds its own compile time. Dense values are accurate to about the tolerance (Dopri8's interpolant
+    28 dense), and the derivative is that of the interpolated discrete map. Dense values are accurate to about the tolerance (Dopri8's interpolant
     is of order 7); ``t1`` and save times that are step ends are the step ends exactly.
     """
     solver = dfx.Dopri8() if solver is None else solver
@@ -123,6 +122,7 @@ def solve(
              (jnp.arange(n_groups * GROUP * CHUNK) < n_acc).reshape(n_groups, GROUP, CHUNK),
              jnp.arange(n_groups * GROUP * CHUNK, dtype=jnp.int32).reshape(n_groups, GROUP, CHUNK))
     save_step = record.save_step
+    ts_sg = lax.stop_gradient(save_ts)
     x_next = jnp.concatenate([record.chunk_states[1:], jnp.zeros((n_groups * GROUP - n_chunks, n), x0.dtype)])
     x_next = x_next.reshape(n_groups, GROUP, n)
     chunk_of_save = record.save_chunk
@@ -134,7 +134,7 @@ def solve(
     vf_remat = jax.checkpoint(vf)
 
     def chunk_real(x, S, p, st):
-        st, save_step = st  # this chunk's step data; the save → step map (dense output)
+        st, save_step, ts_saved = st  # this chunk's step data; the save → step map and save times (dense output)
         f = lambda t, y: vf_remat(p, t, y)
 
         def body(carry, s):
@@ -142,8 +142,11 @@ def solve(
 
             def do(a):
                 x, S = a
-                if dense:  # this step's start state anchors the saves inside it
-                    S = jnp.where((save_step == n_step)[:, None], x[None, :], S)
+                if dense:  # all stages (the dense output takes the FSAL one too)
+                    K = _rk.rk_stages(tab, f, ta, tb, x)
+                    x1 = x + _rk._weighted_sum(jnp.asarray(tab.b_sol), K)
+                    vals = _rk.interpolate_saves(tab, ta, tb, x, x1, K, ts_saved)
+                    return x1, jnp.where((save_step == n_step)[:, None], vals, S)
                 x1 = _rk.rk_step_rolled(tab, f, ta, tb, x)
                 jc = jnp.clip(j, 0, T - 1)
                 return x1, S.at[jc].set(jnp.where(j >= 0, x1, S[jc]))
@@ -170,7 +173,7 @@ def solve(
 
     def chunk_step(carry, inp):
         st, c, x_rec = inp
-        out = lax.cond(c * CHUNK < n_acc, lambda a: chunk(a[0], a[1], params, (st, save_step), c, x_rec, saves_rec, chunk_of_save),
+        out = lax.cond(c * CHUNK < n_acc, lambda a: chunk(a[0], a[1], params, (st, save_step, ts_sg), c, x_rec, saves_rec, chunk_of_save),
                        lambda a: a, carry)
         return out, None
 
@@ -181,10 +184,6 @@ def solve(
 
     S0 = jnp.where((record.save_chunk == -1)[:, None], x0[None, :], jnp.zeros((T, n), x0.dtype))
     (x_end, S), _ = lax.scan(group_step, (x0, S0), (steps, jnp.arange(n_groups), x_next))
-    if dense:
-        f_dense = lambda t, y: vf(params, t, y)
-        S = jax.vmap(lambda y, a, b, s: _rk.dense_output(tab, f_dense, a, b, y, s))(
-            S, record.save_t_start, record.save_t_end, save_ts)
     # Every save time must have been a step end (-2: never written); a guard against a save
     # time that the step sequence passed over, which would otherwise read as zeros.
     missed = jnp.any(record.save_chunk == -2) & ok

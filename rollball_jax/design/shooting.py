@@ -144,7 +144,8 @@ class MultipleShooting(eqx.Module):
         # lax.map, not vmap: under vmap the discrete adjoint's "skip the unused step buffer"
         # conditionals would become selects and replay all max_steps steps of every segment.
         xs = jax.lax.map(lambda a: trajectory(p.model, control, a[0], a[1], solver=p.solver, rtol=p.rtol, atol=p.atol,
-                                              max_steps=p.max_steps, adjoint=adjoint, throw=False), (starts, seg_ts))
+                                              max_steps=p.max_steps, adjoint=adjoint, throw=False, dense=p.dense),
+                         (starts, seg_ts))
         x0 = self.initial_state(params)
         return Evaluation(p.model, control, x0, seg_ts.reshape(-1), xs.reshape(-1, xs.shape[-1]), p.context(x0))
 

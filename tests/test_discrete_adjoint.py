@@ -538,3 +538,25 @@ def test_dense_output_saves_between_steps():
     g_fwd = jax.jacfwd(gc_path)(x0, True)
     assert rel(g_rev, g_fwd) < 1e-10
     assert rel(g_rev, jax.grad(gc_path)(x0, False)) < 1e-7
+
+
+def test_dense_output_second_order_and_vmap():
+    """Through ``dense=True``: ``jax.hessian`` (forward over reverse) equals the central
+    difference of the reverse-mode gradient (disk, 31 save times over [0, 3], tol 1e-13,
+    h = 1e-4: measured 2.1e-8 relative, bound 1e-6; at tol 1e-10 the difference is FD noise
+    from the changing step sequence, 6.5e-7), and ``jax.vmap`` over initial states gives the
+    single solves' values (equal to rounding; bound 1e-12)."""
+    disk = rb.Disk(1.0, 1.0, 1.0, masses=[1.0], rails=[rb.CircleRail(0.9)])
+    ctl = rb.ConstantControl([0.1])
+    x0 = jnp.asarray(disk.initial_state(theta=[-1.0]))
+    ts = jnp.linspace(0.0, 3.0, 31)
+
+    def path(x):
+        return rb.trajectory(disk, ctl, x, ts, rtol=1e-13, atol=1e-13, dense=True, max_steps=2048)[:, 2].sum()
+
+    H = jax.hessian(path)(x0)
+    g, h = jax.jit(jax.grad(path)), 1e-4
+    fd = (g(x0.at[3].add(h)) - g(x0.at[3].add(-h))) / (2 * h)
+    assert rel(H[3], fd) < 1e-6
+    xs = jnp.stack([x0, x0.at[3].add(0.1)])
+    assert rel(jax.vmap(path)(xs), jnp.stack([path(xs[0]), path(xs[1])])) < 1e-12

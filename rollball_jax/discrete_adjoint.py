@@ -71,7 +71,7 @@ def solve(
     result is differentiable (forward and reverse mode, any order) in every leaf of
     ``params`` (a pytree of inexact arrays) and in ``x0`` ``(N,)``; the derivative is that
     of the recorded step sequence. ``vf`` must not close over traced values (pass them in
-    ``params``). Save times are step stops (the states there are step ends, not
+    ``params``). Save times are step stops unless ``dense`` (the states there are step ends, not
     interpolated). ``kink_times`` ``(m,)`` are jump times (steps end just before and
     restart just after them); they and the save times get zero derivative. A solve that
     does not reach ``t1`` within ``max_steps`` steps (accepted + rejected) raises at run

@@ -18,7 +18,8 @@ Adjoints (``adjoint=``):
   also watches one probe tangent of the variational equation, so the steps resolve
   what the derivative sees even where the state itself is at rest (an equilibrium).
   Explicit Runge–Kutta solvers only (Dopri8, Tsit5, Dopri5, ...). Save times are step
-  stops (states there are step ends). Memory: ~3 numbers per step plus one state per
+  stops (states there are step ends), or with ``dense=True`` the solver's dense output
+  on the steps of a solve to the last one (cheaper for many save times). Memory: ~3 numbers per step plus one state per
   16 steps; ``max_steps`` (default 4096) sizes the buffers and a longer solve raises an
   error naming it.
 * ``"forward"`` — the same discrete adjoint (kept for compatibility: it is the right

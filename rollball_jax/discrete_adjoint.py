@@ -71,8 +71,8 @@ def solve(
     result is differentiable (forward and reverse mode, any order) in every leaf of
     ``params`` (a pytree of inexact arrays) and in ``x0`` ``(N,)``; the derivative is that
     of the recorded step sequence. ``vf`` must not close over traced values (pass them in
-    ``params``). Save times are step stops unless ``dense`` (the states there are step ends, not
-    interpolated). ``kink_times`` ``(m,)`` are jump times (steps end just before and
+    ``params``). Save times are step stops unless ``dense`` (the states there are step
+    ends, not interpolated). ``kink_times`` ``(m,)`` are jump times (steps end just before and
     restart just after them); they and the save times get zero derivative. A solve that
     does not reach ``t1`` within ``max_steps`` steps (accepted + rejected) raises at run
     time, naming ``max_steps`` (with ``throw=False`` it returns ``inf`` states instead,
@@ -82,10 +82,12 @@ def solve(
     ``dense=True``: the save times are not step stops (only ``t1`` is); the state at each
     is the solver's dense output (:func:`rollball_jax._rk.interpolate_saves`) on the
     accepted step that contains it, formed from that step's stages in the recording pass
-    and in the replay (which then evaluates all stages, the FSAL one included). The steps are then those of a solve to ``t1`` alone, however many save
-    times there are (the paper ball over [0, 10] with 201 save times: 201 steps as stops,
-    28 dense), and the derivative is that of the interpolated discrete map. Dense values are accurate to about the tolerance (Dopri8's interpolant
-    is of order 7); ``t1`` and save times that are step ends are the step ends exactly.
+    and in the replay (which then evaluates all stages, the FSAL one included). The steps
+    are then those of a solve to ``t1`` alone, however many save times there are (the
+    paper ball over [0, 10] with 201 save times: 201 steps as stops, 28 dense), and the
+    derivative is that of the interpolated discrete map. Dense values are accurate to
+    about the tolerance (Dopri8's interpolant is of order 7); ``t1`` and save times that
+    are step ends are the step ends exactly.
     """
     solver = dfx.Dopri8() if solver is None else solver
     tab = _rk.Tableau.from_solver(solver)

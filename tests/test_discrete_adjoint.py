@@ -534,6 +534,10 @@ def test_dense_output_saves_between_steps():
     xs = rb.trajectory(ball, ctl, x0, ts, rtol=TOL, atol=TOL, dense=True)
     ref = rb.simulate(ball, ctl, x0, (0.0, 10.0), ts=np.asarray(ts), rtol=1e-13, atol=1e-13).xs
     assert np.max(np.abs(np.asarray(xs) - np.asarray(ref))) < 1e-8
+    # t0 and t1 are exact: x0, and the step end of a solve saved at (0, 10) only (the same
+    # steps); the interpolant evaluated at t1 instead would be 1.3e-15 off.
+    ends = rb.trajectory(ball, ctl, x0, jnp.array([0.0, 10.0]), rtol=TOL, atol=TOL)
+    assert np.array_equal(np.asarray(xs[0]), np.asarray(x0)) and np.array_equal(np.asarray(xs[-1]), np.asarray(ends[-1]))
     g_rev = jax.grad(gc_path)(x0, True)
     g_fwd = jax.jacfwd(gc_path)(x0, True)
     assert rel(g_rev, g_fwd) < 1e-10

@@ -244,12 +244,10 @@ class Record(eqx.Module):
     num_accepted: jax.Array  # () int
     saves: jax.Array  # (T, N): states at the save times (step ends)
     save_chunk: jax.Array  # (T,) int: chunk in which save j was written (-1: at t0; -2: never)
-    # dense output only (``adaptive_solve(..., dense=True)``; else -1 / 0): per save time j,
-    # the accepted step that contains it and its times (``saves[j]`` is then the dense
-    # output of that step at the save time).
+    # dense output only (``adaptive_solve(..., dense=True)``; else -1): per save time j,
+    # the accepted step that contains it (``saves[j]`` is then the dense output of that
+    # step at the save time).
     save_step: jax.Array  # (T,) int
-    save_t_start: jax.Array  # (T,)
-    save_t_end: jax.Array  # (T,)
 
 
 def adaptive_solve(
@@ -281,8 +279,7 @@ def adaptive_solve(
     ``TANGENT_TOLERANCE_FACTOR`` times the state's.
 
     ``dense``: the save times are not step stops (only ``t1`` is); for each save time the
-    record holds the accepted step that contains it (``save_step``, ``save_t_start``,
-    ``save_t_end``) and, in ``saves``, the state there by that step's dense output
+    record holds the accepted step that contains it (``save_step``) and, in ``saves``, the state there by that step's dense output
     (:func:`interpolate_saves`).
 
     Returns ``(record, y_end, t_end, ok, stats)``; ``ok`` is False if ``max_steps``
@@ -419,8 +416,6 @@ def adaptive_solve(
         saves=jnp.where((save_ts == t0)[:, None], y0[None, :], 0.0),
         save_chunk=jnp.full((T,), -2, jnp.int32).at[:].set(jnp.where(save_ts == t0, -1, -2).astype(jnp.int32)),
         save_step=jnp.full((T,), -1, jnp.int32),
-        save_t_start=jnp.zeros((T,), dtype),
-        save_t_end=jnp.zeros((T,), dtype),
     )
     if dense:  # every save, t0's included, is written by the step that contains it
         rec0["saves"] = jnp.zeros((T, N), dtype)
@@ -487,15 +482,13 @@ def adaptive_solve(
                 saves=jnp.where(new[:, None], vals, rec["saves"]),
                 save_chunk=jnp.where(new, n // chunk, rec["save_chunk"]).astype(jnp.int32),
                 save_step=jnp.where(new, n, rec["save_step"]).astype(jnp.int32),
-                save_t_start=jnp.where(new, ta, rec["save_t_start"]),
-                save_t_end=jnp.where(new, tb, rec["save_t_end"]),
             )
         else:
             saves_update = dict(
                 save_index=upd(rec["save_index"], jnp.where(ends_on_save, j, -1).astype(jnp.int32), n, 0),
                 saves=upd(rec["saves"], jnp.where(ends_on_save, y1, rec["saves"][jc]), jc, 0),
                 save_chunk=upd(rec["save_chunk"], jnp.where(ends_on_save, n // chunk, rec["save_chunk"][jc]).astype(jnp.int32), jc, 0),
-                save_step=rec["save_step"], save_t_start=rec["save_t_start"], save_t_end=rec["save_t_end"],
+                save_step=rec["save_step"],
             )
         rec = dict(
             t_start=upd(rec["t_start"], ta, n, 0),
@@ -525,7 +518,6 @@ def adaptive_solve(
     record = Record(
         t_start=rec["t_start"], t_end=rec["t_end"], save_index=rec["save_index"], chunk_states=chunk_states,
         num_accepted=n_acc, saves=rec["saves"], save_chunk=rec["save_chunk"], save_step=rec["save_step"],
-        save_t_start=rec["save_t_start"], save_t_end=rec["save_t_end"],
     )
     stats = dict(num_steps=s["n_steps"], num_accepted_steps=n_acc, num_rejected_steps=s["n_steps"] - n_acc)
     return record, y_end, s["tprev"], ok, stats

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import diffrax as dfx
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -134,6 +135,18 @@ def trajectory(
             max_steps=max_steps, adjoint=adj,
         )
         return sol.ys
+    f64 = lambda a: jnp.asarray(a, dtype=jnp.float64)  # noqa: E731 (arrays: traced, not hashed, by filter_jit)
+    return _discrete_trajectory(model, control, f64(x0), f64(ts), solver, f64(rtol), f64(atol), int(max_steps),
+                                None if dtmax is None else f64(dtmax), bool(tangent_control), bool(throw), bool(dense))
+
+
+@eqx.filter_jit
+def _discrete_trajectory(model, control, x0, ts, solver, rtol, atol, max_steps, dtmax, tangent_control, throw, dense):
+    """:func:`trajectory`'s discrete-adjoint solve as one jit-compiled function of stable
+    identity. Called inside an outer trace (a design step, a Jacobian), its jaxpr and its
+    JVP/batched jaxprs are cached by JAX, so a second trace of the same solve (optimistix
+    traces the residuals' linearisation in ``init`` and again in ``step``) is almost free:
+    measured on experiment (a)'s Levenberg–Marquardt step, tracing 1.63 → 0.09 s."""
     vf, params = discrete_adjoint.model_field(model, control)
     return discrete_adjoint.solve(
         vf, params, x0, ts, control.kink_times, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps,

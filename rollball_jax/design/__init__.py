@@ -36,7 +36,7 @@ from .costs import (
     TrackPath,
 )
 from .feedback import TVLQRControl, linearisation, riccati, state_weights, tvlqr
-from .optimize import METHODS, DesignResult, continuation, optimize, value_and_grad
+from .optimize import METHODS, DesignResult, continuation, cost_report, optimize, value_and_grad
 from .problem import DesignProblem, Evaluation
 from .shooting import MultipleShooting
 from .verify import Verification, resimulate, verify
@@ -62,6 +62,7 @@ __all__ = [
     "TrackPath",
     "Verification",
     "continuation",
+    "cost_report",
     "linearisation",
     "riccati",
     "state_weights",

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +34,7 @@ from .costs import (
     TrackPath,
 )
 from .feedback import tvlqr
+from .optimize import cost_report
 from .shooting import MultipleShooting
 
 
@@ -216,18 +216,14 @@ def _holds(metrics: dict, conditions: dict[str, float]) -> bool:
 def metrics_callback(problem, cost: Cost, conditions: dict[str, float]):
     """A :func:`~.optimize.optimize` callback that stops once the current iterate's metrics
     (``cost.metrics`` on the trajectory the optimiser already computed; no extra solve, one
-    compiled evaluation per iteration) satisfy every ``{metric: limit}`` (``metric <= limit``;
-    a name prefixed with ``-`` is negated first: ``{"-min_clearance": 0.0}`` is clearance ≥ 0).
+    call per iteration of :func:`~.optimize.cost_report`, the compiled program that also
+    gives the final report) satisfy every ``{metric: limit}`` (``metric <= limit``; a name
+    prefixed with ``-`` is negated first: ``{"-min_clearance": 0.0}`` is clearance ≥ 0).
 
     Raises ``KeyError`` at the first call when a metric is not one of ``cost.metrics``' names."""
-    ts = problem.sample_ts
-
-    @eqx.filter_jit
-    def metrics(params, xs):
-        return cost.metrics(problem.wrap(params, ts, xs))
 
     def callback(step, params, loss, xs):
-        return _holds(metrics(params, xs), conditions)
+        return _holds(cost_report(params, problem, cost, xs)[2], conditions)
 
     return callback
 

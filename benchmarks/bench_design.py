@@ -85,25 +85,20 @@ class _Stop(Exception):
 
 
 def route_lm(problem, cost, params0, max_time):
-    record = {}
     start = time.perf_counter()
 
-    def callback(k, params, loss, xs):
-        value, endpoint, speed = _metrics(params, problem, cost, xs)
-        record.update(iterations=k + 1, cost=float(value), endpoint_error=float(endpoint), final_speed=float(speed))
-        if _goals_met(endpoint, speed):
-            record["stop"] = "goals met"
-            return True
-        if time.perf_counter() - start > max_time:
-            record["stop"] = "time cap"
-            return True
-        return False
+    def time_cap(k, params, loss, xs):
+        return time.perf_counter() - start > max_time
 
+    # The goals are tested by optimize itself (stop_when) on the metrics that each LM
+    # step computes for its iterate: no extra program, as for a user's own stopping rule.
     res = dz.optimize(problem, cost, params0, method="lm", max_steps=1000, rtol=1e-9, atol=1e-12,
-                      progress=False, callback=callback)
-    record.setdefault("stop", res.message)
-    record.update(time=res.wall_time, compile_time=res.compile_time, solves=None)
-    return record
+                      progress=False, callback=time_cap, stop_when=GOALS)
+    met = _goals_met(res.metrics["endpoint_error"], res.metrics["final_speed"])
+    stop = "goals met" if met else ("time cap" if res.message == "stopped by callback" else res.message)
+    return {"iterations": res.iterations, "cost": res.value, "endpoint_error": res.metrics["endpoint_error"],
+            "final_speed": res.metrics["final_speed"], "stop": stop, "time": res.wall_time,
+            "compile_time": res.compile_time, "solves": None}
 
 
 def _scipy_route(fun, jac, x0, problem, cost, unravel, max_time, eps=None):

@@ -109,10 +109,9 @@ def test_adam_and_bfgs_decrease_cost_and_reweighting_reuses_compilation():
 
 
 def test_continuation_stops_per_stage_and_on_design_metrics():
-    """Per-stage ``target_cost`` stops the stage it names (and only it); ``metrics_callback``
+    """Per-stage ``target_cost`` stops the stage it names (and only it); ``stop_when``
     stops once the design's own metrics meet every condition, with ``-name`` meaning ≥."""
     from rollball_jax.design.optimize import continuation
-    from rollball_jax.design.report import metrics_callback
 
     ball = make_paper_ball()
     problem = dz.DesignProblem(ball, PAPER_BALL_X0, 2.0, 3, n_samples=11, rtol=1e-8, atol=1e-8)
@@ -127,17 +126,17 @@ def test_continuation_stops_per_stage_and_on_design_metrics():
 
     # endpoint error 9.1e-3 at p0, 2.9e-4 after the first step, 1.9e-5 when the free run stalls (30 it)
     free = dz.optimize(problem, stages[1], p0, **kw)
-    stop = dz.optimize(problem, stages[1], p0, callback=metrics_callback(problem, stages[1], {"endpoint_error": 1e-3}), **kw)
-    assert stop.message == "stopped by callback" and stop.metrics["endpoint_error"] <= 1e-3
+    stop = dz.optimize(problem, stages[1], p0, stop_when={"endpoint_error": 1e-3}, **kw)
+    assert stop.message.startswith("stop_when") and stop.converged and stop.metrics["endpoint_error"] <= 1e-3
     assert 1 < stop.iterations < free.iterations
-    at_once = dz.optimize(problem, stages[1], p0, callback=metrics_callback(problem, stages[1], {"-endpoint_error": 0.0}), **kw)
+    at_once = dz.optimize(problem, stages[1], p0, stop_when={"-endpoint_error": 0.0}, **kw)
     assert at_once.iterations == 1  # endpoint error >= 0 always holds
     never = dz.optimize(problem, stages[1], p0, max_steps=3, progress=False,
-                        callback=metrics_callback(problem, stages[1], {"-endpoint_error": -1e3}))
+                        stop_when={"-endpoint_error": -1e3})
     assert never.message == "max_steps reached"  # endpoint error >= 1e3 never holds
     with pytest.raises(KeyError):
         dz.optimize(problem, stages[1], p0, max_steps=2, progress=False,
-                    callback=metrics_callback(problem, stages[1], {"clearance": 0.0}))
+                    stop_when={"clearance": 0.0})
 
 
 def test_problem_validation_and_parameters():

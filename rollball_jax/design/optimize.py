@@ -67,6 +67,7 @@ MINIMISERS = {"bfgs": optx.BFGS}
 METHODS = (*LEAST_SQUARES, *MINIMISERS, "adam")
 
 _TAGS = frozenset()
+_STOP_WHEN_MESSAGE = "stop_when: every metric condition holds"
 _LSQ_OPTIONS = {"jac": "fwd"}
 _MIN_OPTIONS = {"autodiff_mode": "bwd"}
 
@@ -178,13 +179,30 @@ def cost_report(params: PyTree, problem: DesignProblem | MultipleShooting, cost:
     ``problem.sample_ts`` for ``params`` (no solve): the cost, its per-term weighted values
     ``{name: value}`` and the terms' metrics ``{name: value}`` (:meth:`Cost.breakdown`,
     :meth:`Cost.metrics`). One compiled program per problem/cost *structure*, shared by
-    :func:`optimize`'s final report and the stopping callbacks
-    (:func:`~rollball_jax.design.report.metrics_callback`)."""
+    :func:`optimize`'s ``stop_when`` test and final report.
+
+    (Computing the report inside the optimiser's step instead, from the same
+    trajectory, was measured slower: the step's compile grew by more than this
+    program's.)"""
     ev = problem.wrap(params, problem.sample_ts, xs)
     return cost(ev), cost.breakdown(ev), cost.metrics(ev)
 
 
 # --------------------------------------------------------------------------------------
+
+
+def _condition(metrics: dict, metric: str, limit: float) -> tuple[str, float, float, bool]:
+    """``(name, value, sign, met)`` of one condition ``metric <= limit``; a name prefixed with
+    ``-`` is negated first (``("-min_clearance", 0.0)``: clearance ≥ 0)."""
+    sign = -1.0 if metric.startswith("-") else 1.0
+    name = metric.lstrip("-")
+    value = float(metrics[name])
+    return name, value, sign, bool(sign * value <= limit)
+
+
+def _holds(metrics: dict, conditions: dict[str, float]) -> bool:
+    """Every condition of ``conditions`` (see :func:`_condition`) holds in ``metrics``."""
+    return all(_condition(metrics, metric, limit)[3] for metric, limit in conditions.items())
 
 
 def _floats(d: dict) -> dict[str, float]:
@@ -274,6 +292,7 @@ def optimize(
     progress: bool = True,
     desc: str | None = None,
     callback: Callable[[int, PyTree, float, Any], bool | None] | None = None,
+    stop_when: dict[str, float] | None = None,
 ) -> DesignResult:
     """Minimise ``cost`` over the free parameters of ``problem``.
 
@@ -295,8 +314,17 @@ def optimize(
     callback : ``callback(step, params, cost, xs)`` after every iteration, with the current
         iterate, its cost and its sampled trajectory ``xs`` (at ``problem.sample_ts``);
         return ``True`` to stop.
+    stop_when : ``{metric: limit}``: also stop at the first iterate whose metrics
+        (``cost.metrics`` of its trajectory) satisfy every ``metric <= limit`` (a name
+        prefixed with ``-`` is negated first: ``{"-min_clearance": 0.0}`` is clearance ≥ 0),
+        e.g. the design's goals; evaluated by :func:`cost_report` (compiled once, shared
+        with the final report).
 
     Returns a :class:`DesignResult`.
+
+    Raises ``ValueError`` for an unknown method, parameters that do not match the problem,
+    or ``max_steps < 1``; ``KeyError`` at the first iteration when a ``stop_when`` metric is
+    not one of ``cost.metrics``' names.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
@@ -349,6 +377,10 @@ def optimize(
                 if (target_cost is not None and loss <= target_cost) or (callback and callback(k, params, loss, xs)):
                     converged, message = True, "target_cost reached" if target_cost is not None and loss <= target_cost else "stopped by callback"
                     break
+                if stop_when and _holds(cost_report(params, problem, cost, xs)[2], stop_when):
+                    converged, message = True, _STOP_WHEN_MESSAGE
+                    best = (loss, params, xs)  # the iterate that meets the conditions
+                    break
                 if stalled(loss):
                     converged, message = True, f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
                     break
@@ -376,6 +408,9 @@ def optimize(
                     break
                 if callback and callback(k, params, loss, xs):
                     converged, message = True, "stopped by callback"
+                    break
+                if stop_when and _holds(cost_report(params, problem, cost, xs)[2], stop_when):
+                    converged, message = True, _STOP_WHEN_MESSAGE
                     break
                 if stalled(loss):
                     converged, message = True, f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"

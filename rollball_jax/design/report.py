@@ -34,7 +34,7 @@ from .costs import (
     TrackPath,
 )
 from .feedback import tvlqr
-from .optimize import cost_report
+from .optimize import _condition
 from .shooting import MultipleShooting
 
 
@@ -199,35 +199,6 @@ def write_figures(result, verification, out_dir: str | Path, *, title: str = "",
     return paths
 
 
-def _condition(metrics: dict, metric: str, limit: float) -> tuple[str, float, float, bool]:
-    """``(name, value, sign, met)`` of one condition ``metric <= limit``; a name prefixed with
-    ``-`` is negated first (``("-min_clearance", 0.0)``: clearance ≥ 0)."""
-    sign = -1.0 if metric.startswith("-") else 1.0
-    name = metric.lstrip("-")
-    value = float(metrics[name])
-    return name, value, sign, bool(sign * value <= limit)
-
-
-def _holds(metrics: dict, conditions: dict[str, float]) -> bool:
-    """Every condition of ``conditions`` (see :func:`_condition`) holds in ``metrics``."""
-    return all(_condition(metrics, metric, limit)[3] for metric, limit in conditions.items())
-
-
-def metrics_callback(problem, cost: Cost, conditions: dict[str, float]):
-    """A :func:`~.optimize.optimize` callback that stops once the current iterate's metrics
-    (``cost.metrics`` on the trajectory the optimiser already computed; no extra solve, one
-    call per iteration of :func:`~.optimize.cost_report`, the compiled program that also
-    gives the final report) satisfy every ``{metric: limit}`` (``metric <= limit``; a name
-    prefixed with ``-`` is negated first: ``{"-min_clearance": 0.0}`` is clearance ≥ 0).
-
-    Raises ``KeyError`` at the first call when a metric is not one of ``cost.metrics``' names."""
-
-    def callback(step, params, loss, xs):
-        return _holds(cost_report(params, problem, cost, xs)[2], conditions)
-
-    return callback
-
-
 def run_experiment(
     name: str,
     description: str,
@@ -264,8 +235,8 @@ def run_experiment(
     per stage; ``stall_rtol``: stop a stage when its cost has not improved by this relative
     amount in 20 iterations (see :func:`~.optimize.optimize` and :func:`~.optimize.continuation`).
     ``stop_when``: ``{metric: limit}`` on the *design's* own metrics (same sign convention as
-    ``goals``; evaluated with the last stage's terms, whose metrics do not depend on the
-    weights); a stage stops once all of them hold (:func:`metrics_callback`), e.g. goals
+    ``goals``; evaluated with each stage's own terms, whose metrics do not depend on the
+    weights); a stage stops once all of them hold (``optimize``'s ``stop_when``), e.g. goals
     made 10× tighter than the verified ones: the remaining iterations would only trade the
     regularising terms (control effort).
 
@@ -286,7 +257,7 @@ def run_experiment(
     final, results = continuation(problem, stages, params0, method=method, max_steps=max_steps, rtol=rtol,
                                   atol=atol, progress=progress, desc=name, target_cost=target_cost,
                                   stall_rtol=stall_rtol,
-                                  callback=None if stop_when is None else metrics_callback(problem, stages[-1], stop_when))
+                                  stop_when=stop_when)
     base, params, cost, open_ver, fb_info = problem, final.params, final.cost, None, None
     if isinstance(problem, MultipleShooting) or feedback is not None:
         fb_start = time.perf_counter()

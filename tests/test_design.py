@@ -118,7 +118,11 @@ def test_continuation_stops_per_stage_and_on_design_metrics():
     stages = [dz.Cost(dz.TargetGC((0.05, 0.02), w), dz.ControlEffort(1e-2)) for w in (1e1, 1e3)]
     p0 = problem.initial_params(0.1 * jnp.ones((3, 3)))
     kw = dict(method="lm", max_steps=40, progress=False)
+    compiles = []  # the report is compiled once (in the background), not again at first use
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, _d, **k: compiles.append(k.get("fun_name")) if name.endswith("backend_compile_duration") else None)
     _, (first, second) = continuation(problem, stages, p0, target_cost=[1e9, None], **kw)
+    assert compiles.count("jit(cost_report)") <= 1 and compiles.count("jit(_step)") <= 1
     assert (first.iterations, first.message) == (1, "target_cost reached")
     assert second.iterations > 3 and second.message != "target_cost reached"
     with pytest.raises(ValueError, match="one value per stage"):

@@ -25,7 +25,7 @@ from .._results import result_code
 from ._group_rk import _solve_group_fixed, _solve_group_shared, _solve_pool_lockstep, _tableau
 from ._result import STATUS_NONFINITE, STATUS_NONFINITE_FIELD, STATUS_RAIL_LEFT, STATUS_SUCCESS, BatchResult
 from ._group_field import GroupVectorField
-from ._soa import SoAVectorField
+from ._soa import ExpansionTooLarge, SoAVectorField
 from ._stacking import member, stack
 from ._strategies import MODES, AbstractBatchStrategy, Adaptive, Lockstep, as_strategy
 
@@ -156,14 +156,19 @@ def _kinks(controls, control_axis, B):
 
 
 @functools.lru_cache(maxsize=64)
-def _soa_fn(kind, solver, max_steps, devices, treedef, batched_mask, leaf_specs, group, fast_trig, rolled):
+def _soa_fn(kind, solver, max_steps, devices, treedef, batched_mask, leaf_specs, group, fast_trig, rolled,
+            interpreter=True):
+    """The compiled group solve; its right-hand side is the structure-of-arrays
+    interpreter, or (``interpreter=False``: a member program past the interpreter's
+    budget, see :func:`_self_check`) ``jax.vmap`` of the member's field."""
     tab = _tableau(solver)
     template = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(s, np.dtype(d)) for s, d in leaf_specs])
     field_cache: dict = {}
+    field_class = SoAVectorField if interpreter else GroupVectorField
 
     def field():
         if "f" not in field_cache:
-            field_cache["f"] = SoAVectorField(*template, batched_mask, group, fast_trig=fast_trig)
+            field_cache["f"] = field_class(*template, batched_mask, group, fast_trig=fast_trig)
         return field_cache["f"]
 
     def solve_groups(x0g, bleaves, uleaves, kinks, extra, ts, rtol, atol):
@@ -259,8 +264,6 @@ def _run_soa(kind, models, controls, control_axis, x0s, ts, t0, t1, solver, rtol
     m_t, c_t = _template(models, controls, control_axis)
     leaves_t, treedef = jax.tree.flatten((m_t, c_t))
     leaf_specs = tuple((tuple(np.shape(x)), str(np.asarray(x).dtype)) for x in leaves_t)
-    fn = _soa_fn(kind, solver, int(max_steps), tuple(devices), treedef, tuple(mask), leaf_specs, int(group),
-                 fast_trig, bool(rolled))
     kinks_all = _kinks(controls, control_axis, B)
     n_groups = -(-B // group)
     calls = -(-n_groups // per_call)
@@ -268,8 +271,9 @@ def _run_soa(kind, models, controls, control_axis, x0s, ts, t0, t1, solver, rtol
     x, bl, ul = _pack_groups(models, controls, control_axis, x0s, mask, group, calls * per_call)
     check_key = (treedef, tuple(mask), leaf_specs, int(group), bool(fast_trig))
     if check_key not in _SELF_CHECKED:
-        _self_check(m_t, c_t, mask, group, fast_trig, t0, x[0], [b[0] for b in bl], ul)
-        _SELF_CHECKED.add(check_key)
+        _SELF_CHECKED[check_key] = _self_check(m_t, c_t, mask, group, fast_trig, t0, x[0], [b[0] for b in bl], ul)
+    fn = _soa_fn(kind, solver, int(max_steps), tuple(devices), treedef, tuple(mask), leaf_specs, int(group),
+                 fast_trig, bool(rolled), _SELF_CHECKED[check_key])
     kk = np.concatenate([kinks_all, np.repeat(kinks_all[:1], calls * per_call * group - B, axis=0)])
     kk = kk.reshape(calls * per_call, group, -1) if kinks_all.shape[1] else np.full((calls * per_call, group, 1), np.inf)
     f64 = np.float64
@@ -295,9 +299,9 @@ def _run_soa(kind, models, controls, control_axis, x0s, ts, t0, t1, solver, rtol
     return res
 
 
-#: Structures (treedef, batched mask, leaf shapes, group, fast_trig) whose structure-of-arrays
-#: field has passed :func:`_self_check` in this process.
-_SELF_CHECKED: set = set()
+#: Structures (treedef, batched mask, leaf shapes, group, fast_trig) checked by
+#: :func:`_self_check` in this process → whether their group solves use the interpreter.
+_SELF_CHECKED: dict = {}
 
 #: Largest relative difference allowed between the structure-of-arrays field and the
 #: model's own (vmapped) field: the polynomial sin/cos is ≤ 2 ulp per evaluation
@@ -305,9 +309,12 @@ _SELF_CHECKED: set = set()
 SELF_CHECK_RTOL = 1e-10
 
 
-def _self_check(m_t, c_t, mask, group, fast_trig, t0, X, bleaves, uleaves) -> None:
+def _self_check(m_t, c_t, mask, group, fast_trig, t0, X, bleaves, uleaves) -> bool:
     """At the first use of a structure: the structure-of-arrays field of the first group at
-    its initial states and ``t0`` against ``jax.vmap`` of the model's own field. Raises
+    its initial states and ``t0`` against ``jax.vmap`` of the model's own field. Returns
+    whether the group solves use the interpreter: ``False`` when the member program is past
+    its budget (:data:`~._soa.MAX_SCALARISED_ELEMENTS`, e.g. a feedback control with a
+    large gain table; they then use ``jax.vmap`` of the member's field). Raises
     ``RuntimeError`` (an internal error: ``Adaptive()`` does not use the interpreter)
     if they differ by more than :data:`SELF_CHECK_RTOL` relative to the field's scale."""
     soa = SoAVectorField(m_t, c_t, mask, group, fast_trig=fast_trig)
@@ -319,7 +326,10 @@ def _self_check(m_t, c_t, mask, group, fast_trig, t0, X, bleaves, uleaves) -> No
 
     args = (jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(X), [jnp.asarray(b) for b in bleaves],
             [jnp.asarray(u) for u in uleaves])
-    a, b = (np.asarray(v) for v in both(*args))
+    try:
+        a, b = (np.asarray(v) for v in both(*args))
+    except ExpansionTooLarge:
+        return False
     finite = np.isfinite(b)
     scale = max(1.0, float(np.max(np.abs(b[finite]), initial=0.0)))
     err = float(np.max(np.abs(a[finite] - b[finite]), initial=0.0)) / scale
@@ -329,6 +339,7 @@ def _self_check(m_t, c_t, mask, group, fast_trig, t0, X, bleaves, uleaves) -> No
             f"by {err:.1e} (relative) at the first group's initial states; use strategy=Adaptive() (jax.vmap of "
             f"diffrax, no interpreter) and please report this model"
         )
+    return True
 
 
 def choose_fixed_dt(run_fixed, t0, t1, dt_start=None, target=1.0, max_tries=6):

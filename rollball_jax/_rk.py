@@ -407,20 +407,16 @@ def adaptive_solve(
         t1_clip_floor = eqxi.prevbefore(t1_clip_floor)
 
     dtype = y0.dtype
-    save_index0 = jnp.where(save_ts == t0, 0, -1)
     rec0 = dict(
         t_start=jnp.zeros((K,), dtype),
         t_end=jnp.zeros((K,), dtype),
         save_index=jnp.full((K,), -1, jnp.int32),
         chunk_states=jnp.zeros((n_chunks + 1, N), dtype).at[0].set(y0),
         saves=jnp.where((save_ts == t0)[:, None], y0[None, :], 0.0),
-        save_chunk=jnp.full((T,), -2, jnp.int32).at[:].set(jnp.where(save_ts == t0, -1, -2).astype(jnp.int32)),
+        save_chunk=jnp.where(save_ts == t0, -1, -2).astype(jnp.int32),  # -1: x0, -2: not (yet) written
         save_step=jnp.full((T,), -1, jnp.int32),
     )
-    if dense:  # every save, t0's included, is written by the step that contains it
-        rec0["saves"] = jnp.zeros((T, N), dtype)
-        rec0["save_chunk"] = jnp.full((T,), -2, jnp.int32)
-    del save_index0
+    # (dense: every save, t0's included, is then rewritten by the step that contains it)
     state0 = dict(
         tprev=jnp.asarray(t0, dtype), tnext=tnext, z=z0, fz=fz0, made_jump=jnp.asarray(rolled),
         n_steps=jnp.asarray(0, jnp.int32), n_acc=jnp.asarray(0, jnp.int32), rec=rec0,
@@ -478,7 +474,7 @@ def adaptive_solve(
             y_a = z[0] if use_probe else z
             vals = interpolate_saves(tab, ta, tb, y_a, y1, K_step[:, 0] if use_probe else K_step, save_ts)
             saves_update = dict(
-                save_index=upd(rec["save_index"], jnp.asarray(-1, jnp.int32), n, 0),
+                save_index=rec["save_index"],  # unused (all -1): dense saves are keyed by save_step
                 saves=jnp.where(new[:, None], vals, rec["saves"]),
                 save_chunk=jnp.where(new, n // chunk, rec["save_chunk"]).astype(jnp.int32),
                 save_step=jnp.where(new, n, rec["save_step"]).astype(jnp.int32),

@@ -118,7 +118,7 @@ def test_continuation_stops_per_stage_and_on_design_metrics():
     stages = [dz.Cost(dz.TargetGC((0.05, 0.02), w), dz.ControlEffort(1e-2)) for w in (1e1, 1e3)]
     p0 = problem.initial_params(0.1 * jnp.ones((3, 3)))
     kw = dict(method="lm", max_steps=40, progress=False)
-    compiles = []  # the report is compiled once (in the background), not again at first use
+    compiles = []  # one report program and one step program serve both stages
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, _d, **k: compiles.append(k.get("fun_name")) if name.endswith("backend_compile_duration") else None)
     _, (first, second) = continuation(problem, stages, p0, target_cost=[1e9, None], **kw)

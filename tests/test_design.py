@@ -106,6 +106,13 @@ def test_adam_and_bfgs_decrease_cost_and_reweighting_reuses_compilation():
     assert again.compile_time < 0.5 * adam.compile_time  # same structure: no recompilation
     bfgs = dz.optimize(problem, cost, p0, method="bfgs", max_steps=15, progress=False)
     assert bfgs.value < 0.2 * bfgs.history[0]
+    # stop_when returns the iterate that meets it, even when it is not the best so far:
+    # gradient *ascent* (a negative rate) doubles the endpoint error (9.1e-3 → 4.0e-2 at the
+    # second iterate) while the cost rises, so the best iterate is the first.
+    e0 = dz.optimize(problem, cost, p0, method="adam", max_steps=1, progress=False).metrics["endpoint_error"]
+    ascent = dz.optimize(problem, cost, p0, method="adam", max_steps=30, learning_rate=-0.05, progress=False,
+                         stop_when={"-endpoint_error": -2 * e0})
+    assert ascent.message.startswith("stop_when") and ascent.metrics["endpoint_error"] >= 2 * e0
 
 
 def test_continuation_stops_per_stage_and_on_design_metrics():

@@ -103,3 +103,39 @@ def test_final_rest(equilibrium, hold):
     if hold:
         expected += float(np.sum(np.square(u)))
     _close(term.value(ev), 2.0 * expected)
+
+
+def test_report_equals_the_separate_calls_and_computes_contact_once(monkeypatch):
+    """``Cost.report`` = (cost, breakdown, metrics) called one by one, to rounding, with the
+    contact forces computed once for every term that uses them (once per trace: counted by
+    wrapping ``contact_forces``). A moving, accelerating state path so that every term,
+    the contact penalties included, is non-zero."""
+    import jax
+
+    import rollball_jax.contact as contact
+
+    ev = _evaluation(lambda t: (0.5 * t, -0.25 * t), theta_dot=(0.3, -0.2, 0.1), Omega=(0.2, 0.1, -0.3),
+                     control=rb.ConstantControl([1.5, -2.0, 0.7]))
+    cost = dz.Cost(dz.TargetGC((2.0, 1.0), 3.0), dz.FinalRest(2.0), dz.ControlEffort(0.5),
+                   dz.RailAccelBound(0.8, weight=2.0), dz.ContactFeasibility(n_min=60.0, mu=0.01, weight=5.0))
+    both = jax.jit(lambda e: (cost.report(e), (cost(e), cost.breakdown(e), cost.metrics(e))))  # one compile
+    (value, breakdown, metrics), (separate_value, separate, separate_metrics) = both(ev)
+    assert float(breakdown["ContactFeasibility"]) > 0.0 and float(breakdown["TargetGC"]) > 0.0
+    _close(value, float(separate_value))
+    _close(value, sum(float(v) for v in breakdown.values()))
+    for name in cost.names:
+        _close(breakdown[name], float(separate[name]))
+    assert set(metrics) == set(separate_metrics)
+    for name, v in separate_metrics.items():
+        _close(metrics[name], float(v))
+
+    calls = []
+    original = contact.contact_forces
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(contact, "contact_forces", counting)
+    jax.make_jaxpr(lambda e: cost.report(e))(ev)
+    assert len(calls) == 1  # calling cost, breakdown and metrics in turn: 3

@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -58,6 +59,9 @@ class AbstractCostTerm(eqx.Module):
     """Base class: ``weight`` and ``raw_residuals(ev)``; see the module docstring."""
 
     weight: eqx.AbstractVar[Float[Array, ""]]
+    #: True for terms that use the contact forces (``ev.contact()``): :meth:`Cost.report`
+    #: then computes them once for all terms.
+    uses_contact: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -419,6 +423,7 @@ class ContactFeasibility(AbstractCostTerm):
     n_min: Float[Array, ""]
     mu: Float[Array, ""] | None
     weight: Float[Array, ""]
+    uses_contact: ClassVar[bool] = True
 
     def __init__(self, n_min=0.0, mu=None, weight=1.0):
         self.n_min = _w(n_min)
@@ -479,6 +484,19 @@ class Cost(eqx.Module):
         """All weighted residuals, concatenated; non-finite entries (a failed solve) become large."""
         r = jnp.concatenate([t.residuals(ev) for t in self.terms])
         return jnp.where(jnp.isfinite(r), r, FAILED_RESIDUAL)
+
+    def report(self, ev: Evaluation) -> tuple[Array, dict[str, Array], dict[str, Array]]:
+        """``(self(ev), self.breakdown(ev), self.metrics(ev))``, with each term's residuals
+        and the contact forces computed once (calling the three in turn puts three copies
+        of them into a compiled program: measured on experiment (a)'s cost, the report
+        program compiled in 1.8 s that way)."""
+        if any(t.uses_contact for t in self.terms):
+            ev = ev.with_contact()
+        raws = [t.raw_residuals(ev) for t in self.terms]
+        r = jnp.concatenate([jnp.sqrt(t.weight) * raw for t, raw in zip(self.terms, raws)])
+        r = jnp.where(jnp.isfinite(r), r, FAILED_RESIDUAL)
+        breakdown = {n: t.weight * jnp.sum(raw * raw) for n, t, raw in zip(self.names, self.terms, raws)}
+        return jnp.sum(r * r), breakdown, self.metrics(ev)
 
     def __call__(self, ev: Evaluation) -> Float[Array, ""]:
         r = self.residuals(ev)

@@ -19,7 +19,9 @@ Each iteration is one call of a jit-compiled function (the optimistix ``step``, 
 ``value_and_grad`` + update for optax), compiled once per problem *structure*: a second
 call with new weights (continuation), a new initial guess or a new target reuses it.
 The report on an iterate (:func:`cost_report`: cost, per-term values, metrics; used by
-``stop_when`` and for the result) is one more compiled program. (Compiling it in a
+``stop_when`` and for the result) is one more compiled program, with each term's
+residuals and the contact forces computed once (:meth:`Cost.report`; experiment (a)'s
+report: trace 0.71 → 0.26 s, XLA compile 1.38 → 0.98 s). (Compiling it in a
 background thread while the first step compiles was measured: no gain on 2 cores, mean
 −0.2 s over seven alternating pairs of experiment (a), spread ±1.8 s.)
 A ``tqdm`` bar shows the progress; the cost history is kept.
@@ -189,7 +191,7 @@ def cost_report(params: PyTree, problem: DesignProblem | MultipleShooting, cost:
     trajectory, was measured slower: the step's compile grew by more than this
     program's.)"""
     ev = problem.wrap(params, problem.sample_ts, xs)
-    return cost(ev), cost.breakdown(ev), cost.metrics(ev)
+    return cost.report(ev)
 
 
 # --------------------------------------------------------------------------------------

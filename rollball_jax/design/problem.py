@@ -56,6 +56,8 @@ class Evaluation(eqx.Module):
     ts : (T,)        sample times, ``ts[0] = 0``, ``ts[-1]`` = horizon.
     xs : (T, N)      states at ``ts`` (paper's order).
     context : dict   the model's observable context (the disk's initial GC).
+    contact_forces : the contact forces at ``ts`` if already computed
+                     (:meth:`with_contact`), else ``None``.
     """
 
     model: AbstractModel
@@ -64,6 +66,7 @@ class Evaluation(eqx.Module):
     ts: Float[Array, " T"]
     xs: Float[Array, "T N"]
     context: dict
+    contact_forces: object = None
 
     @property
     def horizon(self) -> Float[Array, ""]:
@@ -105,10 +108,21 @@ class Evaluation(eqx.Module):
         return jax.jvp(lambda y: self.observables(y)["gc"][:2], (x,), (f,))[1]
 
     def contact(self):
-        """Contact forces at the sample times (:class:`rollball_jax.contact.ContactForces`)."""
+        """Contact forces at the sample times (:class:`rollball_jax.contact.ContactForces`);
+        the stored ones after :meth:`with_contact`."""
+        if self.contact_forces is not None:
+            return self.contact_forces
         from ..contact import contact_forces
 
         return contact_forces(self.model, self.control, self.ts, self.xs, self.context)
+
+    def with_contact(self) -> "Evaluation":
+        """A copy that holds its contact forces, so that every cost term and metric that
+        asks for them shares one computation (one copy in a compiled program, not one
+        per caller)."""
+        if self.contact_forces is not None:
+            return self
+        return eqx.tree_at(lambda e: e.contact_forces, self, self.contact(), is_leaf=lambda x: x is None)
 
 
 def _indices(spec, n: int, name: str) -> tuple[int, ...]:

@@ -77,7 +77,8 @@ def _metrics(params, problem, cost, xs):
 
 
 def _goals_met(endpoint, speed):
-    return float(endpoint) <= GOALS["endpoint_error"] and float(speed) <= GOALS["final_speed"]
+    """The design goals (the same test as ``optimize``'s ``stop_when``)."""
+    return dz.conditions_met({"endpoint_error": endpoint, "final_speed": speed}, GOALS)
 
 
 def route_lm(problem, cost, params0, max_time):

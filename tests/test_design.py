@@ -153,6 +153,20 @@ def test_continuation_stops_per_stage_and_on_design_metrics():
                     stop_when={"clearance": 0.0})
 
 
+def test_conditions_read_as_upper_and_lower_bounds():
+    """``{metric: limit}`` is metric <= limit; ``-metric`` is metric >= -limit; the limit
+    itself passes (<=, not <); an unknown metric names the known ones."""
+    m = {"endpoint_error": 1e-3, "min_clearance": 0.02}
+    assert dz.check_condition(m, "endpoint_error", 1e-3) == ("endpoint_error", 1e-3, "<=", 1e-3, True)
+    assert not dz.check_condition(m, "endpoint_error", 9e-4).met
+    assert dz.check_condition(m, "-min_clearance", -0.02) == ("min_clearance", 0.02, ">=", 0.02, True)
+    assert not dz.check_condition(m, "-min_clearance", -0.03).met  # clearance >= 0.03 fails
+    assert dz.conditions_met(m, {"endpoint_error": 1e-2, "-min_clearance": 0.0})
+    assert not dz.conditions_met(m, {"endpoint_error": 1e-2, "-min_clearance": -0.05})
+    with pytest.raises(KeyError, match="min_clearance"):
+        dz.check_condition(m, "clearance", 0.0)
+
+
 def test_problem_validation_and_parameters():
     ball = make_paper_ball()
     with pytest.raises(rb.ModelError, match="n_knots"):

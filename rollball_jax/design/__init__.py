@@ -17,10 +17,13 @@ Pose a design in a few lines::
   initial states and continuity defects (for designs from unstable states);
 * :mod:`.feedback` — :func:`tvlqr`: time-varying LQR around a designed motion, as a
   closed-loop :class:`TVLQRControl` (Riccati equation solved backwards with diffrax);
+* :mod:`.conditions` — :func:`conditions_met`: goals ``{metric: limit}`` on a design's
+  metrics (``optimize(stop_when=...)``, the experiments' goals);
 * :mod:`.verify` — :func:`verify`: independent re-simulation with SciPy and the true
   endpoint error and constraint margins.
 """
 
+from .conditions import ConditionCheck, check_condition, conditions_met
 from .costs import (
     AbstractCostTerm,
     ContactFeasibility,
@@ -43,6 +46,7 @@ from .verify import Verification, resimulate, verify
 
 __all__ = [
     "AbstractCostTerm",
+    "ConditionCheck",
     "ContactFeasibility",
     "Continuity",
     "ControlEffort",
@@ -61,6 +65,8 @@ __all__ = [
     "TargetGC",
     "TrackPath",
     "Verification",
+    "check_condition",
+    "conditions_met",
     "continuation",
     "cost_report",
     "linearisation",

@@ -46,6 +46,7 @@ from jaxtyping import PyTree
 from tqdm.auto import tqdm
 
 from .._typing import ArrayInput, RealScalar
+from .conditions import conditions_met
 from .costs import Cost
 from .problem import DesignProblem, Evaluation
 from .shooting import MultipleShooting
@@ -197,20 +198,6 @@ def cost_report(params: PyTree, problem: DesignProblem | MultipleShooting, cost:
 # --------------------------------------------------------------------------------------
 
 
-def _condition(metrics: dict, metric: str, limit: float) -> tuple[str, float, float, bool]:
-    """``(name, value, sign, met)`` of one condition ``metric <= limit``; a name prefixed with
-    ``-`` is negated first (``("-min_clearance", 0.0)``: clearance ≥ 0)."""
-    sign = -1.0 if metric.startswith("-") else 1.0
-    name = metric.lstrip("-")
-    value = float(metrics[name])
-    return name, value, sign, bool(sign * value <= limit)
-
-
-def _holds(metrics: dict, conditions: dict[str, float]) -> bool:
-    """Every condition of ``conditions`` (see :func:`_condition`) holds in ``metrics``."""
-    return all(_condition(metrics, metric, limit)[3] for metric, limit in conditions.items())
-
-
 def _floats(d: dict) -> dict[str, float]:
     return {k: float(v) for k, v in d.items()}
 
@@ -355,13 +342,23 @@ def optimize(
     steps = 0
     best_loss, since_best = math.inf, 0
 
-    def stalled(loss):
+    def stop_reason(k, params, loss, xs) -> str | None:
+        """Why to stop after iterate ``k`` (``None``: go on): ``target_cost``, ``callback``,
+        ``stop_when``, then the stall test (which also keeps its count)."""
         nonlocal best_loss, since_best
+        if target_cost is not None and loss <= target_cost:
+            return "target_cost reached"
+        if callback and callback(k, params, loss, xs):
+            return "stopped by callback"
+        if stop_when and conditions_met(cost_report(params, problem, cost, xs)[2], stop_when):
+            return _STOP_WHEN_MESSAGE
         if loss < best_loss * (1.0 - stall_rtol):
             best_loss, since_best = loss, 0
         else:
             since_best += 1
-        return patience is not None and since_best >= patience
+        if patience is not None and since_best >= patience:
+            return f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
+        return None
 
     try:
         if method == "adam":
@@ -380,15 +377,11 @@ def optimize(
                 steps = k + 1
                 bar.update(1)
                 bar.set_postfix(cost=f"{loss:.3e}")
-                if (target_cost is not None and loss <= target_cost) or (callback and callback(k, params, loss, xs)):
-                    converged, message = True, "target_cost reached" if target_cost is not None and loss <= target_cost else "stopped by callback"
-                    break
-                if stop_when and _holds(cost_report(params, problem, cost, xs)[2], stop_when):
-                    converged, message = True, _STOP_WHEN_MESSAGE
-                    best = (loss, params, xs)  # the iterate that meets the conditions
-                    break
-                if stalled(loss):
-                    converged, message = True, f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
+                reason = stop_reason(k, params, loss, xs)
+                if reason is not None:
+                    converged, message = True, reason
+                    if reason == _STOP_WHEN_MESSAGE:
+                        best = (loss, params, xs)  # the iterate that meets the conditions
                     break
                 params = new_params
             params, xs = best[1], best[2]
@@ -409,17 +402,9 @@ def optimize(
                     converged = bool(successful)
                     message = "optimistix stopping test met" if converged else "optimistix stopped without meeting its test (e.g. a failed linear solve)"
                     break
-                if target_cost is not None and loss <= target_cost:
-                    converged, message = True, "target_cost reached"
-                    break
-                if callback and callback(k, params, loss, xs):
-                    converged, message = True, "stopped by callback"
-                    break
-                if stop_when and _holds(cost_report(params, problem, cost, xs)[2], stop_when):
-                    converged, message = True, _STOP_WHEN_MESSAGE
-                    break
-                if stalled(loss):
-                    converged, message = True, f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
+                reason = stop_reason(k, params, loss, xs)
+                if reason is not None:
+                    converged, message = True, reason
                     break
     finally:
         bar.close()

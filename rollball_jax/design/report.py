@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._typing import RealScalar
+from .conditions import check_condition
 from .costs import (
     ContactFeasibility,
     Continuity,
@@ -34,7 +35,6 @@ from .costs import (
     TrackPath,
 )
 from .feedback import tvlqr
-from .optimize import _condition
 from .shooting import MultipleShooting
 
 
@@ -284,9 +284,7 @@ def run_experiment(
     m = ver.metrics | {"min_normal_verified": ver.contact["min_normal"]}
     goal_report = {}
     for label, (metric, limit) in (goals or {}).items():
-        name, value, sign, met = _condition(m, metric, limit)
-        goal_report[label] = {"metric": name, "value": value, "relation": "<=" if sign > 0 else ">=",
-                              "limit": limit if sign > 0 else -limit + 0.0, "met": met}
+        goal_report[label] = check_condition(m, metric, limit)._asdict()
     summary = {
         "experiment": description,
         "quick": quick,

@@ -103,10 +103,10 @@ class TargetGC(AbstractCostTerm):
         self.weight = _w(weight)
 
     def raw_residuals(self, ev):
-        return ev.gc[-1] - self.target
+        return ev.gc_final - self.target
 
     def metrics(self, ev):
-        return {"endpoint_error": _norm(ev.gc[-1] - self.target)}
+        return {"endpoint_error": _norm(ev.gc_final - self.target)}
 
 
 class FinalRest(AbstractCostTerm):

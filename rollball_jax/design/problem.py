@@ -99,6 +99,11 @@ class Evaluation(eqx.Module):
         return jax.vmap(lambda x: self.observables(x)["gc"][:2])(self.xs)
 
     @property
+    def gc_final(self) -> Float[Array, "2"]:
+        """Horizontal GC at the last sample time (only that state's observables)."""
+        return self.observables(self.x_final)["gc"][:2]
+
+    @property
     def theta_dot(self) -> Float[Array, "T n"]:
         return self.xs[:, self.n : 2 * self.n]
 

@@ -24,6 +24,13 @@ their compilation turns them back on (:func:`group_loop_compiler_options`). Meas
 only 17,338 / 17,553 (4.0 s). Mode adaptive (``jax.vmap`` of diffrax) gains with them off:
 2,102 / 2,129 → 2,576 / 2,568 traj/s, compile 2.7 → 2.0 s.
 
+Not set, measured: LLVM's optimisation level (``--xla_backend_optimization_level``) changes
+rounding, not only speed. With 0 the test suite ran in 460 s instead of 732 s (2 cores)
+but 4 tests failed on last-bit differences (batch step counts, a sweep resumed in a
+default-flag process no longer bit-identical, a derivative 2e-9 off); with 1 compiles are
+~15 % shorter, a sweep still differs by 1 ulp from a default-flag process, and forward-mode
+Jacobians run 8–28 % slower (``benchmarks/README.md``, ``bench_design.py``).
+
 XLA reads ``XLA_FLAGS`` when JAX creates its backend (at the first computation): in a
 process that computed with JAX before importing rollball_jax the option has no effect.
 """

@@ -161,6 +161,7 @@ def test_conditions_read_as_upper_and_lower_bounds():
     assert not dz.check_condition(m, "endpoint_error", 9e-4).met
     assert dz.check_condition(m, "-min_clearance", -0.02) == ("min_clearance", 0.02, ">=", 0.02, True)
     assert not dz.check_condition(m, "-min_clearance", -0.03).met  # clearance >= 0.03 fails
+    assert str(dz.check_condition(m, "-min_clearance", 0.0).limit) == "0.0"  # not "-0.0" in reports
     assert dz.conditions_met(m, {"endpoint_error": 1e-2, "-min_clearance": 0.0})
     assert not dz.conditions_met(m, {"endpoint_error": 1e-2, "-min_clearance": -0.05})
     with pytest.raises(KeyError, match="min_clearance"):

@@ -10,12 +10,14 @@ rounding (bound 1e-12 relative).
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import rollball_jax as rb
 from rollball_jax import design as dz
+from rollball_jax.design.costs import FAILED_RESIDUAL
 from rollball_jax.design.problem import Evaluation
 from conftest import make_paper_ball
 
@@ -128,6 +130,12 @@ def test_report_equals_the_separate_calls_and_computes_contact_once(monkeypatch)
     assert set(metrics) == set(separate_metrics)
     for name, v in separate_metrics.items():
         _close(metrics[name], float(v))
+    # a failed solve (non-finite states): the same large finite cost as Cost.__call__
+    failed = eqx.tree_at(lambda e: e.xs, ev, ev.xs.at[-1].set(jnp.nan))
+    (value, breakdown, _), (separate_value, separate, _) = both(failed)
+    assert np.isfinite(float(value)) and float(value) >= 2 * FAILED_RESIDUAL**2  # TargetGC's two at least
+    _close(value, float(separate_value))
+    assert np.isnan(float(breakdown["TargetGC"])) and np.isnan(float(separate["TargetGC"]))
 
     calls = []
     original = contact.contact_forces

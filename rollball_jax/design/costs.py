@@ -56,7 +56,11 @@ def _target2(target):
 
 
 class AbstractCostTerm(eqx.Module):
-    """Base class: ``weight`` and ``raw_residuals(ev)``; see the module docstring."""
+    """Base class: ``weight`` and ``raw_residuals(ev)``; see the module docstring.
+
+    A term implements ``raw_residuals`` (and optionally ``metrics``); ``residuals`` and
+    ``value`` derive from it and from ``weight`` (:meth:`Cost.report` relies on that).
+    """
 
     weight: eqx.AbstractVar[Float[Array, ""]]
     #: True for terms that use the contact forces (``ev.contact()``): :meth:`Cost.report`
@@ -486,10 +490,11 @@ class Cost(eqx.Module):
         return jnp.where(jnp.isfinite(r), r, FAILED_RESIDUAL)
 
     def report(self, ev: Evaluation) -> tuple[Array, dict[str, Array], dict[str, Array]]:
-        """``(self(ev), self.breakdown(ev), self.metrics(ev))``, with each term's residuals
-        and the contact forces computed once (calling the three in turn puts three copies
-        of them into a compiled program: measured on experiment (a)'s cost, the report
-        program compiled in 1.8 s that way)."""
+        """``(self(ev), self.breakdown(ev), self.metrics(ev))``, with each term's raw
+        residuals and the contact forces computed once (calling the three in turn puts
+        three copies of them into a compiled program; measured on experiment (a)'s cost:
+        trace 0.71 → 0.26 s, XLA compile 1.38 → 0.98 s). Built from the terms'
+        ``raw_residuals`` and ``weight``, as their ``residuals`` and ``value`` are."""
         if any(t.uses_contact for t in self.terms):
             ev = ev.with_contact()
         raws = [t.raw_residuals(ev) for t in self.terms]

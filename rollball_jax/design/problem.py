@@ -21,6 +21,7 @@ same way on both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import diffrax as dfx
 import equinox as eqx
@@ -36,6 +37,9 @@ from ..errors import ModelError
 from ..models import AbstractModel
 from ..sensitivity import trajectory
 from ..solve import integrate
+
+if TYPE_CHECKING:
+    from ..contact import ContactForces
 
 CONTROL_KINDS = {"spline": CubicSplineControl, "linear": PiecewiseLinearControl}
 
@@ -56,8 +60,10 @@ class Evaluation(eqx.Module):
     ts : (T,)        sample times, ``ts[0] = 0``, ``ts[-1]`` = horizon.
     xs : (T, N)      states at ``ts`` (paper's order).
     context : dict   the model's observable context (the disk's initial GC).
-    contact_forces : the contact forces at ``ts`` if already computed
-                     (:meth:`with_contact`), else ``None``.
+    contact_forces : :class:`~rollball_jax.contact.ContactForces` | None
+                     the contact forces at ``ts`` if already computed
+                     (:meth:`with_contact`), else ``None``. They are not recomputed: a
+                     copy with another control, ``ts`` or ``xs`` must set this to ``None``.
     """
 
     model: AbstractModel
@@ -66,7 +72,7 @@ class Evaluation(eqx.Module):
     ts: Float[Array, " T"]
     xs: Float[Array, "T N"]
     context: dict
-    contact_forces: object = None
+    contact_forces: ContactForces | None = None
 
     @property
     def horizon(self) -> Float[Array, ""]:

@@ -108,9 +108,11 @@ def resimulate(
 def _measure(problem, cost, params, ts, xs, control=None):
     ev = problem.wrap(params, ts, xs)
     # contact forces need the actual θ̈ = control(t, x): the closed loop's when verifying one
-    cf = (ev if control is None else eqx.tree_at(lambda e: e.control, ev, control)).contact()
     if control is None:
-        ev = eqx.tree_at(lambda e: e.contact_forces, ev, cf, is_leaf=lambda x: x is None)  # one copy
+        ev = ev.with_contact()  # one copy for the metrics, the cost and the returned forces
+        cf = ev.contact()
+    else:
+        cf = eqx.tree_at(lambda e: e.control, ev, control).contact()
     value, _, metrics = cost.report(ev)
     return metrics, value, cf.normal, cf.friction_ratio, ev.gc
 

@@ -486,7 +486,11 @@ class Cost(eqx.Module):
 
     def residuals(self, ev: Evaluation) -> Float[Array, " m"]:
         """All weighted residuals, concatenated; non-finite entries (a failed solve) become large."""
-        r = jnp.concatenate([t.residuals(ev) for t in self.terms])
+        return self._weighted([t.raw_residuals(ev) for t in self.terms])
+
+    def _weighted(self, raws: Sequence[Array]) -> Float[Array, " m"]:
+        """√weight · raw residuals of every term, concatenated, non-finite ones → FAILED_RESIDUAL."""
+        r = jnp.concatenate([jnp.sqrt(t.weight) * raw for t, raw in zip(self.terms, raws)])
         return jnp.where(jnp.isfinite(r), r, FAILED_RESIDUAL)
 
     def report(self, ev: Evaluation) -> tuple[Array, dict[str, Array], dict[str, Array]]:
@@ -498,8 +502,7 @@ class Cost(eqx.Module):
         if any(t.uses_contact for t in self.terms):
             ev = ev.with_contact()
         raws = [t.raw_residuals(ev) for t in self.terms]
-        r = jnp.concatenate([jnp.sqrt(t.weight) * raw for t, raw in zip(self.terms, raws)])
-        r = jnp.where(jnp.isfinite(r), r, FAILED_RESIDUAL)
+        r = self._weighted(raws)
         breakdown = {n: t.weight * jnp.sum(raw * raw) for n, t, raw in zip(self.names, self.terms, raws)}
         return jnp.sum(r * r), breakdown, self.metrics(ev)
 

@@ -184,8 +184,8 @@ def _adam_step(y, opt_state, problem, cost):
 def cost_report(params: PyTree, problem: DesignProblem | MultipleShooting, cost: Cost, xs: ArrayInput):
     """``(value, breakdown, metrics)`` of the trajectory ``xs`` ``(T, N)`` already computed at
     ``problem.sample_ts`` for ``params`` (no solve): the cost, its per-term weighted values
-    ``{name: value}`` and the terms' metrics ``{name: value}`` (:meth:`Cost.breakdown`,
-    :meth:`Cost.metrics`). One compiled program per problem/cost *structure*, shared by
+    ``{name: value}`` and the terms' metrics ``{name: value}`` (:meth:`Cost.report`: each
+    term and the contact forces computed once). One compiled program per problem/cost *structure*, shared by
     :func:`optimize`'s ``stop_when`` test and final report.
 
     (Computing the report inside the optimiser's step instead, from the same

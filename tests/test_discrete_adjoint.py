@@ -459,6 +459,40 @@ def test_replayed_step_is_diffraxs_step_without_the_fsal_stage(solver_name, stag
     assert len(calls) == 1  # one copy of the field in the program: the stage loop's
 
 
+def test_stage_loop_from_a_preset_first_stage_and_per_member_steps():
+    """``_rk.stage_loop`` is the one stage loop of the recording pass (first stage preset from
+    FSAL, ``start = 1``, a traced start), the replay (``rk_stages``, from stage 0) and the
+    batch group loops (members on a trailing axis, per-member steps ``h``, stage sums by
+    ``tensordot``). Each form gives the stages of the plain loop from stage 0 to rounding
+    (measured: 0, and ≤ 9.3e-16 relative for the group form; bound 1e-14); a loop started one stage late or
+    early, or with another member's step, is off by O(1)."""
+    import diffrax as dfx
+
+    from rollball_jax import _rk
+
+    tab = _rk.Tableau.from_solver(dfx.Dopri8())
+    rhs = lambda t, y: jnp.stack([y[1], -jnp.sin(y[0]) + 0.3 * jnp.cos(2.0 * t) * y[1] ** 2])
+    y0, t0, t1 = jnp.array([0.7, -0.4]), 0.3, 0.45
+    K_ref = _rk.rk_stages(tab, rhs, t0, t1, y0)
+    S = K_ref.shape[0]
+    K1 = jnp.zeros((S, 2)).at[0].set((t1 - t0) * rhs(t0, y0))
+    for scatter in (False, True):
+        assert rel(_rk.stage_loop(tab, rhs, t0, t1, y0, K1, start=1, scatter=scatter), K_ref) < 1e-14
+    traced = jax.jit(lambda s: _rk.stage_loop(tab, rhs, t0, t1, y0, K1, start=s))
+    assert rel(traced(1), K_ref) < 1e-14
+    assert rel(traced(2), K_ref) > 1e-3  # stage 1 left at zero
+    # Group form: three members (trailing axis) with their own t0 and step h.
+    t0s, hs = jnp.array([0.3, 1.1, -0.5]), jnp.array([0.15, 0.05, 0.3])
+    Y0 = jnp.array([[0.7, 0.2, -1.0], [-0.4, 0.9, 0.1]])
+    K0 = jnp.zeros((S, 2, 3)).at[0].set(hs * rhs(t0s, Y0))
+    K = _rk.stage_loop(tab, rhs, t0s, t0s + hs, Y0, K0, start=1, h=hs,
+                       combine=lambda w, K: jnp.tensordot(w, K, axes=1))
+    for m in range(3):
+        ref = _rk.rk_stages(tab, rhs, t0s[m], t0s[m] + hs[m], Y0[:, m])
+        assert rel(K[:, :, m], ref) < 1e-14
+    assert rel(K[:, :, 0], _rk.rk_stages(tab, rhs, t0s[1], t0s[1] + hs[1], Y0[:, 0])) > 1e-3
+
+
 def test_recording_pass_holds_one_copy_of_the_field():
     """The recording pass evaluates the first stage inside its stage loop (first step, after
     a jump, or a solver without FSAL), so the field is traced once, with and without the

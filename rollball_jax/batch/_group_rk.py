@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._rk import FACTOR_MAX, FACTOR_MIN, SAFETY, Tableau, hairer_initial_step, stage_matrices
+from .._rk import FACTOR_MAX, FACTOR_MIN, SAFETY, Tableau, hairer_initial_step, stage_loop, stage_matrices
 from ._result import STATUS_MAX_STEPS, STATUS_NONFINITE, STATUS_SUCCESS
 
 
@@ -29,6 +29,11 @@ def _combine(x, coeffs, ks):
     return acc
 
 
+def _tensordot(w, K):
+    """``Σ_j w[j]·K[j]`` as one small dense product (the group loops' stage sums)."""
+    return jnp.tensordot(w, K, axes=1)
+
+
 def _rk_step(tab: Tableau, rhs, t, t_next, x, f0, rolled: bool = True, h_vec=None):
     """One explicit RK step from (t, x) to t_next; returns (x1, error, ks, f1), ``ks`` = h·f.
 
@@ -40,16 +45,9 @@ def _rk_step(tab: Tableau, rhs, t, t_next, x, f0, rolled: bool = True, h_vec=Non
     """
     h = t_next - t if h_vec is None else h_vec
     if rolled:
-        S, A, C = stage_matrices(tab)
+        S = stage_matrices(tab)[0]
         K = jnp.zeros((S,) + x.shape, dtype=x.dtype).at[0].set(h * f0)
-        A_j, C_j = jnp.asarray(A), jnp.asarray(C)
-
-        def stage(i, K):
-            y = x + jnp.tensordot(A_j[i], K, axes=1)
-            ti = jnp.where(C_j[i] == 1.0, t_next, t + C_j[i] * h)
-            return lax.dynamic_update_index_in_dim(K, h * rhs(ti, y), i, 0)
-
-        K = lax.fori_loop(1, S, stage, K)
+        K = stage_loop(tab, rhs, t, t_next, x, K, start=1, h=h, combine=_tensordot)
         x1 = x + jnp.tensordot(jnp.asarray(tab.b_sol), K, axes=1)
         err = jnp.tensordot(jnp.asarray(tab.b_err), K, axes=1)
         f1 = K[-1] / h if tab.fsal else None

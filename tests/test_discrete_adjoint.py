@@ -465,7 +465,8 @@ def test_stage_loop_from_a_preset_first_stage_and_per_member_steps():
     batch group loops (members on a trailing axis, per-member steps ``h``, stage sums by
     ``tensordot``). Each form gives the stages of the plain loop from stage 0 to rounding
     (measured: 0, and ≤ 9.3e-16 relative for the group form; bound 1e-14); a loop started one stage late or
-    early, or with another member's step, is off by O(1)."""
+    early, or with another member's step, is off by O(1); a stage at the step's end is
+    evaluated at ``t1`` exactly."""
     import diffrax as dfx
 
     from rollball_jax import _rk
@@ -491,6 +492,16 @@ def test_stage_loop_from_a_preset_first_stage_and_per_member_steps():
         ref = _rk.rk_stages(tab, rhs, t0s[m], t0s[m] + hs[m], Y0[:, m])
         assert rel(K[:, :, m], ref) < 1e-14
     assert rel(K[:, :, 0], _rk.rk_stages(tab, rhs, t0s[1], t0s[1] + hs[1], Y0[:, 0])) > 1e-3
+    # Stages at the step's end (c = 1) are evaluated at t1 itself, not at t0 + (t1 − t0), which
+    # here rounds one ulp past t1: a step ending just before a jump time (prevbefore(jump), as
+    # the recording pass clips it) must not see the far side of the jump.
+    ta, tb = 0.20007002630130422, 2.52395183883715
+    assert ta + (tb - ta) > tb
+    jump = lambda t, y: jnp.where(t > tb, 1e3, 1.0) * jnp.ones_like(y)
+    hb = tb - ta
+    assert jnp.all(_rk.rk_stages(tab, jump, ta, tb, y0) == hb)
+    Kb = jnp.zeros((S, 2)).at[0].set(hb * jump(ta, y0))
+    assert jnp.all(_rk.stage_loop(tab, jump, ta, tb, y0, Kb, start=1) == hb)
 
 
 def test_recording_pass_holds_one_copy_of_the_field():

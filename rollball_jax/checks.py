@@ -104,7 +104,7 @@ def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
     bad = np.nonzero(~np.isfinite(v))[0]
     if bad.size:
         raise ModelError(f"'{name}' contains non-finite values (component {model.state_labels()[int(bad[0])]!r})")
-    model.check_state(v, name, outside=outside)
+    type(model).check_state(model, v, name, outside=outside)  # not model.check_state: see solve.simulate
     return v
 
 

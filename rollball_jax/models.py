@@ -26,7 +26,7 @@ from . import checks
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError, concrete
 from .forces import AbstractForce, ConstantForce
-from .rails import AbstractRail, RailSet
+from .rails import AbstractRail, RailSet, SpokeRail
 
 
 def _scalar(x, name):
@@ -196,8 +196,11 @@ def _check_rails_along(model, ts, xs, error=SimulationError, outside=None):
 
 def _check_spokes(model, ts, xs):
     """Raise SimulationError if a mass ran past the end of its spoke rail."""
+    rails = model.rails
+    if not any(isinstance(g, SpokeRail) for g in rails.groups):
+        return
     theta = xs[:, : model.n]
-    for masses, spoke in model.rails.spokes():
+    for masses, spoke in rails.spokes():
         lim = np.asarray(spoke.limits)
         th = theta[:, masses]
         out = (th < lim[:, 0]) | (th > lim[:, 1])

@@ -110,7 +110,9 @@ PROBE_OFFSETS = np.concatenate([[0.0], np.logspace(-15, -1, 15)])
 
 
 @eqx.filter_jit
-def _integrate_jit(model, control, x0, ts, t0, t1, solver, rtol, atol, max_steps, dt0):
+def _integrate_jit(model, control, x0, ts, scalars, solver, max_steps, dt0):
+    # ``scalars`` = (t0, t1, rtol, atol) in one array: one host-to-device transfer, not four.
+    t0, t1, rtol, atol = scalars
     # Shape checks run once, while tracing (shapes are static).
     if model.n:
         u_shape = jax.eval_shape(control, t0, x0).shape
@@ -307,8 +309,7 @@ def simulate(
     # NumPy arrays (not Python floats) so that new values reuse the compiled solve.
     f64 = np.float64
     out = _integrate_jit(
-        model, control, x0, ts, np.asarray(t0, f64), np.asarray(t1, f64), solver,
-        np.asarray(rtol, f64), np.asarray(atol, f64), int(max_steps),
+        model, control, x0, ts, np.asarray([t0, t1, rtol, atol], f64), solver, int(max_steps),
         None if dt0 is None else np.asarray(dt0, f64),
     )
     states, info = jax.device_get(out)

@@ -26,7 +26,7 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
 
-from .errors import ModelError, concrete
+from .errors import ModelError, concrete, to_device
 from .geometry import paper_rail_rotation
 
 # Number of θ samples used to check that a closed rail stays inside the ball.
@@ -35,20 +35,31 @@ _CHECK_SAMPLES = 4097
 
 def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Array:
     """``x`` as a float64 array of shape ``(k, *tail)``, broadcasting a single row."""
-    x = jnp.asarray(x, dtype=jnp.float64)
+    v = concrete(x)
+    # Concrete values are shaped with NumPy and moved to JAX once: eager jnp reshapes and
+    # broadcasts compile one small XLA program per shape (~7 ms each on the CPU).
+    x = jnp.asarray(x, dtype=jnp.float64) if v is None else np.asarray(v, dtype=np.float64)
+    xp = jnp if v is None else np
     if x.shape == tail:
         x = x[None]
     if x.ndim != len(tail) + 1 or x.shape[1:] != tail:
         raise ModelError(f"rail parameter '{name}' must have shape {tail} or (k, *{tail}); got {x.shape}")
     if k is not None and x.shape[0] != k:
         if x.shape[0] == 1:
-            x = jnp.broadcast_to(x, (k, *tail))
+            x = xp.broadcast_to(x, (k, *tail))
         else:
             raise ModelError(f"rail parameter '{name}' has {x.shape[0]} rows, expected {k}")
-    v = concrete(x)
-    if v is not None and not np.all(np.isfinite(v)):
-        raise ModelError(f"rail parameter '{name}' contains non-finite values: {np.asarray(v).tolist()}")
-    return x
+    if v is not None and not np.all(np.isfinite(x)):
+        raise ModelError(f"rail parameter '{name}' contains non-finite values: {np.asarray(x).tolist()}")
+    return x if v is None else to_device(x)
+
+
+def _concatenate(*xs):
+    """``jnp.concatenate(xs)``, by NumPy when every part is concrete (no eager XLA compile)."""
+    vs = [concrete(x) for x in xs]
+    if any(v is None for v in vs):
+        return jnp.concatenate(xs)
+    return to_device(np.concatenate(vs))
 
 
 def _count(*items: tuple[Any, int]) -> int:
@@ -123,7 +134,7 @@ class AbstractRail(eqx.Module):
     def sample(self, num: int = _CHECK_SAMPLES) -> np.ndarray:
         """Points ζ at ``num`` equally spaced θ over :meth:`theta_range`, shape ``(k, num, 3)``."""
         lo, hi = self.theta_range()
-        th = jnp.linspace(lo, hi, num)
+        th = np.linspace(lo, hi, num)
         return np.asarray(_sample_rows(self, th))
 
     def max_distance(self) -> np.ndarray:
@@ -146,9 +157,16 @@ class AbstractRail(eqx.Module):
         peak = np.where((r2 >= left) & (r2 >= right), r2, -np.inf)
         idx = np.argsort(-peak, axis=1)[:, :4]
         th0 = lo + idx * spacing  # (k, 4)
-        refined = np.asarray(_refine_peaks(self, jnp.asarray(th0), spacing, lo, hi))  # (k, 4) |ζ|²
+        refined = np.asarray(_refine_peaks(self, th0, spacing, lo, hi))  # (k, 4) |ζ|²
         refined = np.where(np.take_along_axis(peak, idx, axis=1) > -np.inf, refined, -np.inf)
         return np.sqrt(np.maximum(np.max(r2, axis=1), np.max(refined, axis=1)))
+
+
+@jax.jit
+def _paper_rotations(v):
+    """:func:`~rollball_jax.geometry.paper_rail_rotation` of every row of ``v`` ``(3,)`` or
+    ``(k, 3)``, ``(k, 3, 3)`` (one compiled program per k instead of ~20 eager operations)."""
+    return jax.vmap(paper_rail_rotation)(jnp.atleast_2d(v))
 
 
 @eqx.filter_jit
@@ -207,8 +225,8 @@ class _PlanarRail(AbstractRail):
 
 
 def _frame_args(k, center, rotation):
-    center = _rows(jnp.zeros(3) if center is None else center, k, (3,), "center")
-    rotation = _rows(jnp.eye(3) if rotation is None else rotation, k, (3, 3), "rotation")
+    center = _rows(np.zeros(3) if center is None else center, k, (3,), "center")
+    rotation = _rows(np.eye(3) if rotation is None else rotation, k, (3, 3), "rotation")
     _check_rotation(rotation)
     return center, rotation
 
@@ -243,9 +261,7 @@ class CircleRail(_PlanarRail):
         Rotation ``B(ς(v))`` of Putkaradze & Rogers, eqs. 7.8–7.10, with the Frisvad column order
         verified against the paper's example. ``v`` has shape ``(3,)`` or ``(k, 3)``.
         """
-        v = jnp.asarray(v, dtype=jnp.float64)
-        rot = jax.vmap(paper_rail_rotation)(jnp.atleast_2d(v))
-        return cls(radius, rotation=rot, center=center)
+        return cls(radius, rotation=_paper_rotations(jnp.asarray(v, dtype=jnp.float64)), center=center)
 
     def planar(self, theta):
         c, s = jnp.cos(theta), jnp.sin(theta)
@@ -428,7 +444,7 @@ class RailSet(eqx.Module):
         groups, positions = [], []
         for members in buckets.values():
             rs = [r for _, r in members]
-            groups.append(rs[0] if len(rs) == 1 else jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *rs))
+            groups.append(rs[0] if len(rs) == 1 else jax.tree_util.tree_map(_concatenate, *rs))
             for s, r in members:
                 positions.extend(range(s, s + r.size))
         self.groups = tuple(groups)

@@ -207,7 +207,7 @@ class Solution:
     @cached_property
     def observables(self) -> dict[str, np.ndarray]:
         """All observables of the model over time (arrays with time first)."""
-        out = _vmapped_observables(self.model, jnp.asarray(self.xs), self.context)
+        out = _vmapped_observables(self.model, self.xs, self.context)
         return {k: np.asarray(v) for k, v in out.items()}
 
     def __getattr__(self, name):

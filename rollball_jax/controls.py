@@ -24,7 +24,7 @@ from jaxtyping import Array, Inexact, PyTree
 from ._typing import FloatInput
 
 from . import checks
-from .errors import ModelError, concrete
+from .errors import ModelError, concrete, host_array, to_device
 
 
 class AbstractControl(eqx.Module):
@@ -71,7 +71,8 @@ class PaperStep(AbstractControl):
     t_b: Inexact[Array, ""]
 
     def __init__(self, signs, amplitude=1.0, t_a=0.1, t_b=0.2):
-        self.signs = jnp.atleast_1d(jnp.asarray(signs, dtype=jnp.float64))
+        h = host_array(signs)  # host data: shaped in NumPy (no eager XLA compile per shape)
+        self.signs = jnp.atleast_1d(jnp.asarray(signs, dtype=jnp.float64)) if h is None else to_device(np.atleast_1d(h.astype(np.float64)))
         self.amplitude = jnp.asarray(amplitude, dtype=jnp.float64)
         self.t_a = jnp.asarray(t_a, dtype=jnp.float64)
         self.t_b = jnp.asarray(t_b, dtype=jnp.float64)
@@ -83,12 +84,12 @@ class PaperStep(AbstractControl):
     @classmethod
     def ball(cls, n: int, **kw) -> "PaperStep":
         """(7.11): every mass accelerates the same way."""
-        return cls(jnp.ones(n), **kw)
+        return cls(np.ones(n), **kw)
 
     @classmethod
     def disk(cls, n: int, **kw) -> "PaperStep":
         """(6.6): ``u_i`` carries the sign (−1)^i, i = 1…n."""
-        return cls(jnp.array([(-1.0) ** i for i in range(1, n + 1)]), **kw)
+        return cls(np.array([(-1.0) ** i for i in range(1, n + 1)]), **kw)
 
     def __call__(self, t, x=None):
         t_a, t_b = jax.lax.stop_gradient(self.t_a), jax.lax.stop_gradient(self.t_b)
@@ -106,7 +107,8 @@ class ConstantControl(AbstractControl):
     values: Inexact[Array, " n"]
 
     def __init__(self, values):
-        self.values = jnp.atleast_1d(jnp.asarray(values, dtype=jnp.float64))
+        h = host_array(values)  # host data: shaped in NumPy (no eager XLA compile per shape)
+        self.values = jnp.atleast_1d(jnp.asarray(values, dtype=jnp.float64)) if h is None else to_device(np.atleast_1d(h.astype(np.float64)))
         if self.values.ndim != 1:
             raise ModelError(f"ConstantControl 'values' must be a 1-D array (n,); got shape {self.values.shape}")
         checks.finite_leaves(self.values, "ConstantControl.values")
@@ -116,8 +118,8 @@ class ConstantControl(AbstractControl):
 
 
 def _knots(knots, values, name):
-    knots = jnp.asarray(knots, dtype=jnp.float64)
-    values = jnp.asarray(values, dtype=jnp.float64)
+    knots, values = (jnp.asarray(x, dtype=jnp.float64) if host_array(x) is None else to_device(np.asarray(x, dtype=np.float64))
+                     for x in (knots, values))
     if values.ndim == 1:
         values = values[None]
     if knots.ndim != 1 or knots.shape[0] < 2:
@@ -191,7 +193,7 @@ class CubicSplineControl(AbstractControl):
         k = concrete(self.knots)
         if k is None:
             raise ModelError("CubicSplineControl knots must be concrete (not traced)")
-        self.operator = jnp.asarray(_natural_spline_operator(k))
+        self.operator = to_device(_natural_spline_operator(k))
 
     def __call__(self, t, x=None):
         knots = jax.lax.stop_gradient(self.knots)

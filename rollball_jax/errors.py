@@ -45,6 +45,22 @@ def to_device(v):
     return jax.device_put(np.asarray(v))
 
 
+def host_array(x):
+    """``x`` as a NumPy array when it is host data (a number, list or NumPy array), ``None``
+    for a JAX array or tracer. Construction code shapes host data with NumPy and moves it
+    once with :func:`to_device`; JAX arrays keep the ``jnp`` path, where ``jnp.asarray`` of a
+    float64 array is the array itself (a concrete array closed over by a ``jit`` stays
+    concrete, so its checks still run)."""
+    import jax
+
+    if isinstance(x, jax.Array):
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # e.g. a list holding tracers
+        return None
+
+
 def concrete(x):
     """``x`` as a NumPy array, or ``None`` when ``x`` is a JAX tracer.
 

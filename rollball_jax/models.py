@@ -24,17 +24,18 @@ from ._typing import ArrayInput
 
 from . import checks
 from .controls import AbstractControl
-from .errors import ModelError, SimulationError, concrete, to_device
+from .errors import ModelError, SimulationError, concrete, host_array, to_device
 from .forces import AbstractForce, ConstantForce
 from .rails import AbstractRail, RailSet, SpokeRail
 
 
 def _xp(*xs):
-    """``np`` when every given value is concrete, else ``jnp``: construction-time array
+    """``np`` when every given value is host data (:func:`~rollball_jax.errors.host_array`),
+    else ``jnp``: construction-time array
     assembly then runs in NumPy (eager jnp operations compile a small XLA program per shape,
     ~7 ms each on the CPU, which made building the first paper ball take ~0.5 s) and is
-    moved to JAX once; traced values (a model built inside ``jit``/``vmap``) keep ``jnp``."""
-    return np if all(concrete(x) is not None for x in xs if x is not None) else jnp
+    moved to JAX once; JAX arrays and tracers keep ``jnp``."""
+    return np if all(host_array(x) is not None for x in xs if x is not None) else jnp
 
 
 def _scalar(x, name):

@@ -26,7 +26,7 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
 
-from .errors import ModelError, concrete, to_device
+from .errors import ModelError, concrete, host_array, to_device
 from .geometry import paper_rail_rotation
 
 # Number of θ samples used to check that a closed rail stays inside the ball.
@@ -35,11 +35,11 @@ _CHECK_SAMPLES = 4097
 
 def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Array:
     """``x`` as a float64 array of shape ``(k, *tail)``, broadcasting a single row."""
-    v = concrete(x)
-    # Concrete values are shaped with NumPy and moved to JAX once: eager jnp reshapes and
+    h = host_array(x)
+    # Host values are shaped with NumPy and moved to JAX once: eager jnp reshapes and
     # broadcasts compile one small XLA program per shape (~7 ms each on the CPU).
-    x = jnp.asarray(x, dtype=jnp.float64) if v is None else np.asarray(v, dtype=np.float64)
-    xp = jnp if v is None else np
+    x = jnp.asarray(x, dtype=jnp.float64) if h is None else np.asarray(h, dtype=np.float64)
+    xp = jnp if h is None else np
     if x.shape == tail:
         x = x[None]
     if x.ndim != len(tail) + 1 or x.shape[1:] != tail:
@@ -49,9 +49,10 @@ def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Arr
             x = xp.broadcast_to(x, (k, *tail))
         else:
             raise ModelError(f"rail parameter '{name}' has {x.shape[0]} rows, expected {k}")
-    if v is not None and not np.all(np.isfinite(x)):
-        raise ModelError(f"rail parameter '{name}' contains non-finite values: {np.asarray(x).tolist()}")
-    return x if v is None else to_device(x)
+    v = concrete(x)
+    if v is not None and not np.all(np.isfinite(v)):
+        raise ModelError(f"rail parameter '{name}' contains non-finite values: {np.asarray(v).tolist()}")
+    return x if h is None else to_device(x)
 
 
 def _concatenate(*xs):

@@ -262,7 +262,9 @@ class CircleRail(_PlanarRail):
         Rotation ``B(ς(v))`` of Putkaradze & Rogers, eqs. 7.8–7.10, with the Frisvad column order
         verified against the paper's example. ``v`` has shape ``(3,)`` or ``(k, 3)``.
         """
-        return cls(radius, rotation=_paper_rotations(jnp.asarray(v, dtype=jnp.float64)), center=center)
+        h = host_array(v)  # host data goes to the jit as NumPy (jnp.asarray would compile per shape)
+        v = jnp.asarray(v, dtype=jnp.float64) if h is None else h.astype(np.float64)
+        return cls(radius, rotation=_paper_rotations(v), center=center)
 
     def planar(self, theta):
         c, s = jnp.cos(theta), jnp.sin(theta)

@@ -38,6 +38,8 @@ def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Arr
     h = host_array(x)
     # Host values are shaped with NumPy and moved to JAX once: eager jnp reshapes and
     # broadcasts compile one small XLA program per shape (~7 ms each on the CPU).
+    if h is not None and not (np.issubdtype(h.dtype, np.number) or h.dtype == bool):
+        raise ModelError(f"rail parameter '{name}' must be numeric; got {x!r}")
     x = jnp.asarray(x, dtype=jnp.float64) if h is None else np.asarray(h, dtype=np.float64)
     xp = jnp if h is None else np
     if x.shape == tail:
@@ -166,7 +168,12 @@ class AbstractRail(eqx.Module):
 @jax.jit
 def _paper_rotations(v):
     """:func:`~rollball_jax.geometry.paper_rail_rotation` of every row of ``v`` ``(3,)`` or
-    ``(k, 3)``, ``(k, 3, 3)`` (one compiled program per k instead of ~20 eager operations)."""
+    ``(k, 3)``, ``(k, 3, 3)`` (one compiled program per k instead of ~20 eager operations).
+
+    Compiled, XLA fuses the arithmetic, so the frames equal those a rail built inside a
+    ``jit`` gets, and can differ from op-by-op evaluation in the last bits: measured over
+    500 random ``v``, at most 6.6e-14 (Frisvad's ``1/(1 + n_z)`` amplifies rounding as
+    ``n_z → −1``); the paper example's three frames are bit-identical."""
     return jax.vmap(paper_rail_rotation)(jnp.atleast_2d(v))
 
 

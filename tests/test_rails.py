@@ -92,6 +92,8 @@ def test_rail_validation_errors():
         rb.EllipseRail([0.1, 0.2], [0.1, 0.2, 0.3])
     with pytest.raises(ModelError, match="shape"):
         rb.FunctionRail(lambda th, p: jnp.array([th, th]))
+    with pytest.raises(ModelError, match="'radius' must be numeric"):
+        rb.CircleRail("0.5")
 
 
 # ---- values against independent formulas (each test names the wrong code it catches) ----

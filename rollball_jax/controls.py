@@ -24,7 +24,7 @@ from jaxtyping import Array, Inexact, PyTree
 from ._typing import FloatInput
 
 from . import checks
-from .errors import ModelError, concrete, host_array, to_device
+from .errors import ModelError, array_namespace, as_float64, concrete, to_device, to_jax
 
 
 class AbstractControl(eqx.Module):
@@ -71,11 +71,11 @@ class PaperStep(AbstractControl):
     t_b: Inexact[Array, ""]
 
     def __init__(self, signs, amplitude=1.0, t_a=0.1, t_b=0.2):
-        h = host_array(signs)  # host data: shaped in NumPy (no eager XLA compile per shape)
-        self.signs = jnp.atleast_1d(jnp.asarray(signs, dtype=jnp.float64)) if h is None else to_device(np.atleast_1d(h.astype(np.float64)))
-        self.amplitude = jnp.asarray(amplitude, dtype=jnp.float64)
-        self.t_a = jnp.asarray(t_a, dtype=jnp.float64)
-        self.t_b = jnp.asarray(t_b, dtype=jnp.float64)
+        xp = array_namespace(signs)  # concrete data is shaped in NumPy (errors.array_namespace)
+        self.signs = to_jax(xp.atleast_1d(xp.asarray(signs, dtype=np.float64)))
+        self.amplitude = as_float64(amplitude)
+        self.t_a = as_float64(t_a)
+        self.t_b = as_float64(t_b)
         checks.finite_leaves({"signs": self.signs, "amplitude": self.amplitude, "t_a": self.t_a, "t_b": self.t_b}, "PaperStep")
         ta, tb = concrete(self.t_a), concrete(self.t_b)
         if ta is not None and tb is not None and not ta < tb:
@@ -107,8 +107,8 @@ class ConstantControl(AbstractControl):
     values: Inexact[Array, " n"]
 
     def __init__(self, values):
-        h = host_array(values)  # host data: shaped in NumPy (no eager XLA compile per shape)
-        self.values = jnp.atleast_1d(jnp.asarray(values, dtype=jnp.float64)) if h is None else to_device(np.atleast_1d(h.astype(np.float64)))
+        xp = array_namespace(values)  # concrete data is shaped in NumPy (errors.array_namespace)
+        self.values = to_jax(xp.atleast_1d(xp.asarray(values, dtype=np.float64)))
         if self.values.ndim != 1:
             raise ModelError(f"ConstantControl 'values' must be a 1-D array (n,); got shape {self.values.shape}")
         checks.finite_leaves(self.values, "ConstantControl.values")
@@ -118,8 +118,7 @@ class ConstantControl(AbstractControl):
 
 
 def _knots(knots, values, name):
-    knots, values = (jnp.asarray(x, dtype=jnp.float64) if host_array(x) is None else to_device(np.asarray(x, dtype=np.float64))
-                     for x in (knots, values))
+    knots, values = (as_float64(x) for x in (knots, values))
     if values.ndim == 1:
         values = values[None]
     if knots.ndim != 1 or knots.shape[0] < 2:
@@ -229,7 +228,7 @@ class FunctionControl(AbstractControl):
             raise ModelError("FunctionControl 'fn' must be callable: fn(t, params) -> (n,)")
         self.fn = fn
         self.params = params
-        self.kinks = jnp.asarray(kink_times, dtype=jnp.float64).reshape(-1)
+        self.kinks = as_float64(kink_times).reshape(-1)
         checks.finite_leaves(params, "FunctionControl.params")
         checks.finite_leaves(self.kinks, "FunctionControl.kink_times")
 

@@ -15,7 +15,7 @@ from jaxtyping import Array, Inexact, PyTree
 from ._typing import FloatInput
 
 from . import checks
-from .errors import ModelError
+from .errors import ModelError, as_float64
 
 
 class AbstractForce(eqx.Module):
@@ -32,7 +32,7 @@ class ConstantForce(AbstractForce):
     value: Inexact[Array, "3"]
 
     def __init__(self, value=(0.0, 0.0, 0.0)):
-        v = jnp.asarray(value, dtype=jnp.float64)
+        v = as_float64(value)
         if v.shape != (3,):
             raise ModelError(f"force value must have shape (3,); got {v.shape}")
         checks.finite_leaves(v, "ConstantForce.value")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Inexact
@@ -24,31 +25,22 @@ from ._typing import ArrayInput
 
 from . import checks
 from .controls import AbstractControl
-from .errors import ModelError, SimulationError, concrete, host_array, to_device
+from .errors import ModelError, SimulationError, array_namespace, as_float64, concrete, to_jax
 from .forces import AbstractForce, ConstantForce
 from .rails import AbstractRail, RailSet, SpokeRail
 
 
-def _xp(*xs):
-    """``np`` when every given value is host data (:func:`~rollball_jax.errors.host_array`),
-    else ``jnp``: construction-time array
-    assembly then runs in NumPy (eager jnp operations compile a small XLA program per shape,
-    ~7 ms each on the CPU, which made building the first paper ball take ~0.5 s) and is
-    moved to JAX once; JAX arrays and tracers keep ``jnp``."""
-    return np if all(host_array(x) is not None for x in xs if x is not None) else jnp
-
-
 def _scalar(x, name):
-    x = jnp.asarray(x, dtype=jnp.float64)
+    x = as_float64(x)
     if x.shape != ():
         raise ModelError(f"'{name}' must be a scalar; got shape {x.shape}")
     return x
 
 
 def _masses(masses, rails: RailSet):
-    xp = _xp(masses)
+    xp = array_namespace(masses)
     masses = xp.atleast_1d(xp.asarray(masses, dtype=np.float64)) if masses is not None else np.zeros((0,))
-    masses = masses if xp is jnp else to_device(masses)
+    masses = to_jax(masses)
     if masses.ndim != 1:
         raise ModelError(f"'masses' must be a 1-D array (n,); got shape {masses.shape}")
     if masses.shape[0] != rails.size:
@@ -80,7 +72,8 @@ def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
     if rails.size == 0:
         return
     try:
-        reach = rails.max_distance()
+        with jax.ensure_compile_time_eval():  # concrete rails built inside a jit are checked too
+            reach = rails.max_distance()
     except Exception:  # traced rail parameters
         return
     bad = np.nonzero(~(reach < r))[0]
@@ -268,7 +261,7 @@ class Ball(AbstractModel):
         checks.require_x64("Ball")
         self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
         self.inertia = checks.principal_moments(inertia)  # positive, triangle inequality
-        self.chi0 = jnp.asarray(chi0, dtype=jnp.float64)
+        self.chi0 = as_float64(chi0)
         if self.chi0.shape != (3,):
             raise ModelError(f"'chi0' must have shape (3,); got {self.chi0.shape}")
         self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)
@@ -303,7 +296,7 @@ class Ball(AbstractModel):
     ) -> Inexact[Array, " N"]:
         """Assemble x = [θ, θ̇, q, Ω, z] (7.1). Defaults: masses at θ = 0 at rest, ball at rest at the origin."""
         n = self.n
-        xp = _xp(theta, theta_dot, q, Omega, z)
+        xp = array_namespace(theta, theta_dot, q, Omega, z)
         theta = xp.zeros(n) if theta is None else xp.atleast_1d(xp.asarray(theta, dtype=np.float64))
         theta_dot = xp.zeros(n) if theta_dot is None else xp.atleast_1d(xp.asarray(theta_dot, dtype=np.float64))
         parts = {"theta": (theta, (n,)), "theta_dot": (theta_dot, (n,)), "q": (q, (4,)), "Omega": (Omega, (3,)), "z": (z, (2,))}
@@ -317,7 +310,7 @@ class Ball(AbstractModel):
         if qn is not None:
             checks.versor(qn, "q")
         out = xp.concatenate(out)
-        return out if xp is jnp else to_device(out)
+        return to_jax(out)
 
     def vector_field(self, t, x, control: AbstractControl):
         """f(t, x) of the ODE (7.2); see :func:`rollball_jax.dynamics.ball.ball_vector_field`."""
@@ -413,11 +406,11 @@ class Disk(AbstractModel):
         checks.require_x64("Disk")
         self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
         self.d2 = _scalar(d2, "d2")
-        xp = _xp(chi0)
+        xp = array_namespace(chi0)
         chi0 = xp.asarray(chi0, dtype=np.float64)
         if chi0.shape == (2,):
             chi0 = xp.stack([chi0[0], 0.0 * chi0[0], chi0[1]])
-        chi0 = chi0 if xp is jnp else to_device(chi0)
+        chi0 = to_jax(chi0)
         if chi0.shape != (3,):
             raise ModelError(f"'chi0' must be (x, z) or (x, 0, z); got shape {chi0.shape}")
         c = concrete(chi0)
@@ -433,7 +426,8 @@ class Disk(AbstractModel):
         if self.rails.size == 0:
             return
         try:
-            pts = self.rails.sample()
+            with jax.ensure_compile_time_eval():
+                pts = self.rails.sample()
         except Exception:  # traced rail parameters: checked when built concretely
             return
         off = np.max(np.abs(pts[..., 1]), axis=1)
@@ -459,14 +453,14 @@ class Disk(AbstractModel):
     def initial_state(self, theta=None, theta_dot=None, phi=0.0, phi_dot=0.0) -> Inexact[Array, " N"]:
         """Assemble x = [θ, θ̇, φ, φ̇] (6.1), (6.4); φ̇_a = −ż_a / r."""
         n = self.n
-        xp = _xp(theta, theta_dot, phi, phi_dot)
+        xp = array_namespace(theta, theta_dot, phi, phi_dot)
         theta = xp.zeros(n) if theta is None else xp.atleast_1d(xp.asarray(theta, dtype=np.float64))
         theta_dot = xp.zeros(n) if theta_dot is None else xp.atleast_1d(xp.asarray(theta_dot, dtype=np.float64))
         if theta.shape != (n,) or theta_dot.shape != (n,):
             raise ModelError(f"initial 'theta' and 'theta_dot' must have shape ({n},)")
         x = xp.concatenate([theta, theta_dot, xp.atleast_1d(xp.asarray(phi, dtype=np.float64)),
                             xp.atleast_1d(xp.asarray(phi_dot, dtype=np.float64))])
-        return x if xp is jnp else to_device(x)
+        return to_jax(x)
 
     def vector_field(self, t, x, control: AbstractControl):
         """f(t, x) of the ODE (6.2); see :func:`rollball_jax.dynamics.disk.disk_vector_field`."""

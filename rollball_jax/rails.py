@@ -26,7 +26,7 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
 
-from .errors import ModelError, concrete, host_array, to_device
+from .errors import ModelError, array_namespace, as_float64, concrete, to_jax
 from .geometry import paper_rail_rotation
 
 # Number of θ samples used to check that a closed rail stays inside the ball.
@@ -35,13 +35,11 @@ _CHECK_SAMPLES = 4097
 
 def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Array:
     """``x`` as a float64 array of shape ``(k, *tail)``, broadcasting a single row."""
-    h = host_array(x)
-    # Host values are shaped with NumPy and moved to JAX once: eager jnp reshapes and
-    # broadcasts compile one small XLA program per shape (~7 ms each on the CPU).
+    xp = array_namespace(x)  # concrete data is shaped in NumPy (errors.array_namespace)
+    h = concrete(x)
     if h is not None and not (np.issubdtype(h.dtype, np.number) or h.dtype == bool):
         raise ModelError(f"rail parameter '{name}' must be numeric; got {x!r}")
-    x = jnp.asarray(x, dtype=jnp.float64) if h is None else np.asarray(h, dtype=np.float64)
-    xp = jnp if h is None else np
+    x = xp.asarray(x, dtype=np.float64)
     if x.shape == tail:
         x = x[None]
     if x.ndim != len(tail) + 1 or x.shape[1:] != tail:
@@ -54,15 +52,12 @@ def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Arr
     v = concrete(x)
     if v is not None and not np.all(np.isfinite(v)):
         raise ModelError(f"rail parameter '{name}' contains non-finite values: {np.asarray(v).tolist()}")
-    return x if h is None else to_device(x)
+    return to_jax(x)
 
 
 def _concatenate(*xs):
-    """``jnp.concatenate(xs)``, by NumPy when every part is concrete (no eager XLA compile)."""
-    vs = [concrete(x) for x in xs]
-    if any(v is None for v in vs):
-        return jnp.concatenate(xs)
-    return to_device(np.concatenate(vs))
+    """``jnp.concatenate(xs)``, in NumPy when every part is concrete (errors.array_namespace)."""
+    return to_jax(array_namespace(*xs).concatenate(xs))
 
 
 def _count(*items: tuple[Any, int]) -> int:
@@ -269,8 +264,8 @@ class CircleRail(_PlanarRail):
         Rotation ``B(ς(v))`` of Putkaradze & Rogers, eqs. 7.8–7.10, with the Frisvad column order
         verified against the paper's example. ``v`` has shape ``(3,)`` or ``(k, 3)``.
         """
-        h = host_array(v)  # host data goes to the jit as NumPy (jnp.asarray would compile per shape)
-        v = jnp.asarray(v, dtype=jnp.float64) if h is None else h.astype(np.float64)
+        # concrete data reaches the jit as NumPy (an eager jnp.asarray compiles per shape)
+        v = array_namespace(v).asarray(v, dtype=np.float64)
         return cls(radius, rotation=_paper_rotations(v), center=center)
 
     def planar(self, theta):
@@ -402,7 +397,7 @@ class FunctionRail(AbstractRail):
     def __init__(self, fn, params=None, period=(0.0, 2.0 * np.pi), batched=False):
         if not callable(fn):
             raise ModelError("FunctionRail 'fn' must be callable: fn(theta, params) -> (3,)")
-        params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.float64), params)
+        params = jax.tree_util.tree_map(as_float64, params)
         if not batched:
             params = jax.tree_util.tree_map(lambda x: x[None], params)
         if params is None or not jax.tree_util.tree_leaves(params):

@@ -107,6 +107,7 @@ def integrate(
 
 
 PROBE_OFFSETS = np.concatenate([[0.0], np.logspace(-15, -1, 15)])
+_STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
 
 
 @eqx.filter_jit
@@ -146,16 +147,16 @@ def _integrate_jit(model, control, x0, ts, scalars, solver, max_steps, dt0):
     return jnp.concatenate([ys, y_end[None]]), info
 
 
-_STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
-
-
-@eqx.filter_jit
-def _field_probe(model, control, t_end, y_end):
-    """Cause diagnosis of a failed solve (compiled and run only then): the vector field at
-    the last state, at and just after the time reached (a field that turns non-finite makes
-    the step size collapse there). Returns ``(probe_ts (P,), fields (P, N))``."""
+def _probe_field(model, control, t_end, y_end):
+    """Cause diagnosis of a failed solve: the vector field at the last state, at and just
+    after the time reached (a field that turns non-finite makes the step size collapse
+    there). Returns ``(probe_ts (P,), fields (P, N))``; ``batch`` vmaps it over members."""
     probe_ts = t_end + jnp.asarray(PROBE_OFFSETS) * (1.0 + jnp.abs(t_end))
     return probe_ts, jax.vmap(lambda t: model.vector_field(t, y_end, control))(probe_ts)
+
+
+# Compiled and run only after a failure, not part of every call's program.
+_field_probe = eqx.filter_jit(_probe_field)
 
 
 def _nonfinite_field_message(model, probe_ts, probe) -> tuple[float, str] | None:

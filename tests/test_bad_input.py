@@ -265,3 +265,18 @@ def test_adaptive_batch_agrees_with_single_solves_within_documented_bound():
     for i in range(len(models)):
         sol = rb.simulate(models[i], ctls[i], x0s[i], (0.0, 10.0), ts=ts, rtol=tol, atol=tol)
         assert np.max(np.abs(sol.xs - res.ys[i])) <= 100 * tol
+
+
+@pytest.mark.parametrize("build, needle", [
+    (lambda: rb.Disk(1.0, 1.0, 1.0, masses=[-1.0], rails=[rb.CircleRail(0.9)]), "'masses' must be positive"),
+    (lambda: rb.Disk(1.0, 1.0, 1.0, masses=[1.0], rails=[rb.CircleRail(1.5)]), "rail of mass 1 reaches"),
+    (lambda: rb.Disk(1.0, -1.0, 1.0, masses=[1.0], rails=[rb.CircleRail(0.5)]), "radius"),
+    (lambda: rb.CubicSplineControl([0.0, 1.0, 0.5], np.zeros((1, 3))), "strictly increasing"),
+    (lambda: rb.PaperStep([1.0], t_a=0.3, t_b=0.2), "t_a < t_b"),
+])
+def test_concrete_bad_input_is_refused_inside_jit(build, needle):
+    """A model built inside a ``jit`` from concrete (closed-over) data is concrete and keeps
+    its checks: construction converts concrete data at trace time (``errors.to_device``),
+    so a negative mass or a rail outside the shell is not silently traced through."""
+    with pytest.raises(ModelError, match=needle):
+        jax.jit(lambda x: (build(), x)[1])(1.0)

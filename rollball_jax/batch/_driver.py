@@ -548,15 +548,12 @@ def _outside_along(models, ys):
 
 @eqx.filter_jit
 def _field_probe(models, controls, control_axis, t_end, x_end):
-    from ..solve import PROBE_OFFSETS
-
-    def one(m, c, t, x):
-        probe_ts = t + jnp.asarray(PROBE_OFFSETS) * (1.0 + jnp.abs(t))
-        return probe_ts, jax.vmap(lambda s: m.vector_field(s, x, c))(probe_ts)
+    # solve's failure probe, per member
+    from ..solve import _probe_field
 
     if control_axis is None:
-        return eqx.filter_vmap(lambda m, t, x: one(m, controls, t, x))(models, t_end, x_end)
-    return eqx.filter_vmap(one)(models, controls, t_end, x_end)
+        return eqx.filter_vmap(lambda m, t, x: _probe_field(m, controls, t, x))(models, t_end, x_end)
+    return eqx.filter_vmap(_probe_field)(models, controls, t_end, x_end)
 
 
 def _post_checks(models, controls, control_axis, m_t, ts, res) -> tuple:

@@ -7,10 +7,9 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ..errors import ModelError, concrete, to_device
+from ..errors import ModelError, array_namespace, to_jax
 
 
 # ======================================================================================
@@ -38,12 +37,10 @@ def stack(items: Sequence[Any]) -> Any:
 
 
 def _stack_leaves(*xs):
-    """``jnp.stack(xs)``; by NumPy when every leaf is concrete (an eager ``jnp.stack``
-    compiles a program per member count and shape, ~5–10 ms each on the CPU)."""
-    vs = [concrete(x) for x in xs]
-    if any(v is None for v in vs):
-        return jnp.stack([jnp.asarray(x) for x in xs])
-    return to_device(np.stack(vs))
+    """``jnp.stack(xs)``; in NumPy when every leaf is concrete (errors.array_namespace: an
+    eager ``jnp.stack`` compiles a program per member count and shape)."""
+    xp = array_namespace(*xs)
+    return to_jax(xp.stack([xp.asarray(x) for x in xs]))
 
 
 def member(batched: Any, i: int) -> Any:

@@ -62,6 +62,18 @@ def _masses_rails_force(masses, rails, force):
     return masses, rails, force
 
 
+def _host_value(fn):
+    """``fn()``, a NumPy value computed from the rails. Inside an outer ``jit`` the rails'
+    compiled helpers are traced into it and ``fn`` fails to convert a tracer; concrete rails
+    are then evaluated at trace time instead (``jax.ensure_compile_time_eval``, op by op:
+    slower, so only then), so a model built inside a ``jit`` is checked too."""
+    try:
+        return fn()
+    except jax.errors.TracerArrayConversionError:
+        with jax.ensure_compile_time_eval():
+            return fn()
+
+
 def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
     r = concrete(radius)
     c = concrete(chi0)
@@ -72,8 +84,7 @@ def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
     if rails.size == 0:
         return
     try:
-        with jax.ensure_compile_time_eval():  # concrete rails built inside a jit are checked too
-            reach = rails.max_distance()
+        reach = _host_value(rails.max_distance)
     except Exception:  # traced rail parameters
         return
     bad = np.nonzero(~(reach < r))[0]
@@ -426,8 +437,7 @@ class Disk(AbstractModel):
         if self.rails.size == 0:
             return
         try:
-            with jax.ensure_compile_time_eval():
-                pts = self.rails.sample()
+            pts = _host_value(self.rails.sample)
         except Exception:  # traced rail parameters: checked when built concretely
             return
         off = np.max(np.abs(pts[..., 1]), axis=1)

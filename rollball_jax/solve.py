@@ -24,6 +24,7 @@ from ._typing import FloatInput, RealScalar, TimeSpan
 
 from . import checks
 from .controls import AbstractControl
+from ._dispatch import array_jit
 from ._results import CODES, describe, result_code
 from .errors import ModelError, SimulationError
 from .models import AbstractModel
@@ -110,7 +111,7 @@ PROBE_OFFSETS = np.concatenate([[0.0], np.logspace(-15, -1, 15)])
 _STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
 
 
-@eqx.filter_jit
+@array_jit
 def _integrate_jit(model, control, x0, ts, scalars, solver, max_steps, dt0):
     # ``scalars`` = (t0, t1, rtol, atol) in one array: one host-to-device transfer, not four.
     t0, t1, rtol, atol = scalars

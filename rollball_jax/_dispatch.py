@@ -1,0 +1,47 @@
+"""``array_jit``: ``eqx.filter_jit``'s rule at ``jax.jit``'s call cost, for hot entry points.
+
+``eqx.filter_jit`` traces the array leaves of its arguments and treats every other leaf
+as static, which is what a model pytree needs (Python callables of ``FunctionRail``,
+integers, solver options). Its dispatch partitions the arguments into two pytrees on
+every call; measured on the paper ball (2 cores, jax 0.10.2, equinox 0.13), a call of
+``rb.simulate``'s compiled solve cost ~0.08 ms more through ``eqx.filter_jit`` than
+through ``jax.jit`` of the same function (1.82 vs 1.74 ms). ``array_jit`` applies the same
+rule with one ``jax.tree.flatten``: the array leaves are the traced arguments of one
+``jax.jit`` and the tree structure with the other leaves is its (hashed) static argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+# What eqx.is_array counts as an array (traced); everything else is static.
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
+
+
+def array_jit(fn: Callable) -> Callable:
+    """``fn`` compiled like ``eqx.filter_jit(fn)``: array leaves (``jax.Array``, NumPy
+    arrays and scalars) of the positional arguments are traced, other leaves are static
+    and compared by equality (callables by identity) to select the compiled program; they
+    must be hashable, as for ``eqx.filter_jit`` (``jax.jit`` raises ``ValueError`` otherwise)."""
+
+    def flat(key, arrays):
+        treedef, mask, statics = key
+        it_a, it_s = iter(arrays), iter(statics)
+        leaves = [next(it_a) if m else next(it_s) for m in mask]
+        return fn(*jax.tree.unflatten(treedef, leaves))
+
+    jitted = jax.jit(flat, static_argnums=0)
+
+    def call(*args: Any):
+        leaves, treedef = jax.tree.flatten(args)
+        mask = tuple(isinstance(x, _ARRAY_TYPES) for x in leaves)
+        statics = tuple(x for x, m in zip(leaves, mask) if not m)
+        return jitted((treedef, mask, statics), [x for x, m in zip(leaves, mask) if m])
+
+    call.__wrapped__ = fn
+    call.__doc__ = fn.__doc__
+    return call

@@ -507,8 +507,11 @@ class Disk(AbstractModel):
         return jnp.stack([0.0 * phi_ddot, -phi_ddot, 0.0 * phi_ddot])
 
     def observable_context(self, x0, z_a=0.0, **kwargs):
-        """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41)."""
-        return {"z_a": jnp.asarray(z_a, dtype=jnp.float64), "phi_a": jnp.asarray(x0)[2 * self.n]}
+        """``{"z_a": z_a, "phi_a": φ(0)}``: the initial GC position and angle (5.41), float64
+        scalars; NumPy when ``x0`` and ``z_a`` are concrete (eager ``jnp`` here, or moving
+        them to the device, cost more than the checks of ``rb.simulate``), else JAX."""
+        xp = array_namespace(x0, z_a)
+        return {"z_a": xp.asarray(z_a, dtype=np.float64), "phi_a": xp.asarray(x0, dtype=np.float64)[2 * self.n]}
 
     def check_state(self, x, name: str = "x0", outside=None) -> None:
         """Every mass strictly inside the disk."""

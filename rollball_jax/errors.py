@@ -66,7 +66,7 @@ def array_namespace(*xs):
 def to_jax(x):
     """``x`` as a JAX array: a NumPy result moved by :func:`to_device`, a JAX array (or
     tracer) as it is."""
-    return to_device(x) if isinstance(x, (np.ndarray, np.generic, float, int)) else x
+    return to_device(x) if isinstance(x, (np.ndarray, np.generic)) else x
 
 
 def as_float64(x):

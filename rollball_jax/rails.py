@@ -35,8 +35,8 @@ _CHECK_SAMPLES = 4097
 
 def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Array:
     """``x`` as a float64 array of shape ``(k, *tail)``, broadcasting a single row."""
-    xp = array_namespace(x)  # concrete data is shaped in NumPy (errors.array_namespace)
     h = concrete(x)
+    xp = np if h is not None else jnp  # concrete data is shaped in NumPy (errors.array_namespace)
     if h is not None and not (np.issubdtype(h.dtype, np.number) or h.dtype == bool):
         raise ModelError(f"rail parameter '{name}' must be numeric; got {x!r}")
     x = xp.asarray(x, dtype=np.float64)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import math
 import time
 
 import equinox as eqx

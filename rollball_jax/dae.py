@@ -47,7 +47,6 @@ import dataclasses
 import time
 
 import numpy as np
-from jaxtyping import Float
 
 from ._typing import FloatInput, RealScalar, TimeSpan
 

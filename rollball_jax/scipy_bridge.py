@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jaxtyping import Float
 
 from ._typing import FloatInput, RealScalar, TimeSpan
 

@@ -2,7 +2,6 @@
 
 import diffrax as dfx
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """Rails: closed-form ζ′, ζ″ against autodiff and finite differences; grouping; validation."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

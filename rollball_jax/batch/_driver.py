@@ -27,7 +27,7 @@ from ._result import STATUS_NONFINITE, STATUS_NONFINITE_FIELD, STATUS_RAIL_LEFT,
 from ._group_field import GroupVectorField
 from ._soa import ExpansionTooLarge, SoAVectorField
 from ._stacking import member, stack
-from ._strategies import MODES, AbstractBatchStrategy, Adaptive, Lockstep, as_strategy
+from ._strategies import AbstractBatchStrategy, Adaptive, Lockstep, as_strategy
 
 
 

@@ -36,7 +36,6 @@ from ..controls import AbstractControl, CubicSplineControl, PiecewiseLinearContr
 from ..errors import ModelError
 from ..models import AbstractModel
 from ..sensitivity import trajectory
-from ..solve import integrate
 
 if TYPE_CHECKING:
     from ..contact import ContactForces

@@ -15,6 +15,11 @@ Times, in one run,
 Tolerances are the paper's: rtol = atol = 1e-12 (disk), 1e-10 (ball); t ∈ [0, 20]; states
 are saved at the reference times and compared with ``tests/data/paper_examples.json``.
 
+Before the last line it prints what ``rb.simulate`` adds to ``jax.jit(rb.integrate)`` (argument
+checks, host/device transfers, the ``Solution``): the median difference of ``--repeats``
+interleaved pairs of calls, each pair run back to back so that drifts of the machine's
+speed cancel.
+
 Run:  python benchmarks/bench_paper_examples.py [--repeats 50] [--scipy-repeats 5]
 The last printed line is ``speedup_vs_scipy_ball: X``. See benchmarks/README.md.
 """
@@ -281,6 +286,12 @@ def reference_states(entry, t_out):
     return np.asarray(states, dtype=float)
 
 
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def median_time(fn, repeats):
     times = []
     for _ in range(repeats):
@@ -332,6 +343,7 @@ def main(argv=None):
     print()
 
     rows = []
+    overhead = {}
     ball_scipy_one = ball_ours = None
     for name in ("disk", "ball"):
         tol = TOL[name]
@@ -381,6 +393,12 @@ def main(argv=None):
                 acc=int(acc), rej=int(rej), nfev=None, err=err(ys), note="pure compiled solve, no checks",
             )
         )
+        # What rb.simulate adds to the compiled solve (checks, transfers, the Solution):
+        # interleaved pairs, so that drifts of the machine's speed cancel in each difference.
+        raw = lambda: solve_ys(model, ctl, x0j, tsj)[0].block_until_ready()  # noqa: E731
+        overhead[name] = statistics.median(
+            timed(run_sim) - timed(raw) for _ in range(args.repeats)
+        )
 
         # ---------------- SciPy DOP853 + NumPy RHS --------------------------------------
         rhs = make_numpy_rhs(name, ref[name]["params"])
@@ -411,6 +429,8 @@ def main(argv=None):
         "ratio = (SciPy DOP853 one-call time of the same example) / (this row's time); "
         "steps = accepted+rejected; err = max |x - x_ref| over all reference times and state components."
     )
+    for name, dt in overhead.items():
+        print(f"rb.simulate over jit(integrate), {name}: {dt * 1e3:.3f} ms (median of {args.repeats} interleaved pairs)")
     print(f"speedup_vs_scipy_ball: {ball_scipy_one / ball_ours:.1f}")
 
 

@@ -85,7 +85,8 @@ def test_every_cost_term_gradient_matches_central_differences():
     assert np.all(v0 > 0), dict(zip(cost.names, v0))  # every term (and its gradient) is active
     rev = np.asarray(eqx.filter_jit(jax.jacrev(term_values))(flat, problem, "discrete"))
     fwd = np.asarray(eqx.filter_jit(jax.jacfwd(term_values))(flat, problem, "forward"))
-    tight = eqx.tree_at(lambda p: (p.rtol, p.atol), problem, (jnp.asarray(1e-12), jnp.asarray(1e-12)))
+    # float64 leaves like the problem's own (jnp.asarray(1e-12) would be weakly typed: a recompile, ~2 s)
+    tight = eqx.tree_at(lambda p: (p.rtol, p.atol), problem, (np.float64(1e-12), np.float64(1e-12)))
     fd = richardson_fd(lambda p: values(jnp.asarray(p), tight, "discrete"), flat)
     for name, jac in (("reverse", rev), ("forward", fwd)):
         errors = {n: float(np.max(np.abs(jac[i] - fd[i])) / np.max(np.abs(fd[i]))) for i, n in enumerate(cost.names)}

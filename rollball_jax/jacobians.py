@@ -8,10 +8,10 @@ respect to the state, computed by complex-step differentiation (sec. 6 and 7, re
 
 Shapes: ``x`` is one state ``(N,)`` in the paper's order — N = 2n + 9 for the ball (7.1),
 N = 2n + 2 for the disk (6.1) — and ``t`` a scalar. Every function is compiled once per
-model/control *structure* (number and kinds of rails, control type) with
-``eqx.filter_jit``; new parameter values, states or times reuse the compiled code (``t``
-and ``x`` are converted to float64 arrays first, so Python floats do not trigger
-recompilation).
+model/control *structure* (number and kinds of rails, control type) with ``eqx.filter_jit``'s
+rule (array leaves traced, the rest static; dispatched by ``_dispatch.array_jit``); new
+parameter values, states or times reuse the compiled code (``t`` and ``x`` are converted
+to float64 arrays first, so Python floats do not trigger recompilation).
 
 Use in implicit solvers. diffrax's implicit methods (``Kvaerno3/4/5``, ``KenCarp3/4/5``,
 ``ImplicitEuler``; diffrax 0.7.2 has no Radau method) need no Jacobian argument: their
@@ -41,12 +41,14 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PyTree
 
+from ._dispatch import array_jit
 from ._typing import ArrayInput, FloatInput
 
 from .controls import AbstractControl
-from .errors import ModelError
+from .errors import ModelError, concrete
 from .models import AbstractModel
 
 __all__ = [
@@ -60,9 +62,20 @@ __all__ = [
 ]
 
 
+def _as_f64(v):
+    """A float64 array, never weakly typed (a weak type would compile a second program):
+    a JAX array (or tracer) of that type as it is, any other JAX array cast, anything else
+    converted in NumPy (an eager ``jnp.asarray`` costs more than the compiled call)."""
+    if isinstance(v, jax.Array):
+        if v.dtype == jnp.float64 and not jax.typeof(v).weak_type:
+            return v
+        host = concrete(v)
+        return jnp.asarray(v, dtype=jnp.float64) if host is None else np.asarray(host, dtype=np.float64)
+    return np.asarray(v, dtype=np.float64)
+
+
 def _f64(t, x):
-    t = jnp.asarray(t, dtype=jnp.float64)
-    x = jnp.asarray(x, dtype=jnp.float64)
+    t, x = _as_f64(t), _as_f64(x)
     if t.shape != ():
         raise ModelError(f"t must be a scalar; got shape {t.shape}")
     return t, x
@@ -75,7 +88,7 @@ def _check(model, x):
         raise ModelError(f"x must have shape ({model.state_size},) for this model; got {x.shape}")
 
 
-@eqx.filter_jit
+@array_jit
 def _vf(model, control, t, x):
     return model.vector_field(t, x, control)
 
@@ -87,12 +100,12 @@ def vector_field(model: AbstractModel, control: AbstractControl, t: ArrayInput, 
     return _vf(model, control, t, x)
 
 
-@eqx.filter_jit
+@array_jit
 def _state_jac_fwd(model, control, t, x):
     return jax.jacfwd(lambda y: model.vector_field(t, y, control))(x)
 
 
-@eqx.filter_jit
+@array_jit
 def _state_jac_rev(model, control, t, x):
     return jax.jacrev(lambda y: model.vector_field(t, y, control))(x)
 
@@ -124,7 +137,7 @@ def state_jacobian_rev(
     return _state_jac_rev(model, control, t, x)
 
 
-@eqx.filter_jit
+@array_jit
 def _param_jac(params, static, t, x):
     def f(p):
         model, control = eqx.combine(p, static)
@@ -161,7 +174,7 @@ def parameter_jacobian(
     return _param_jac(params, static, t, x)
 
 
-@eqx.filter_jit
+@array_jit
 def _param_jac_where(model, control, t, x, where):
     def f(p):
         m, c = eqx.tree_at(where, (model, control), p)
@@ -189,7 +202,7 @@ def parameter_jacobian_where(
     return _param_jac_where(model, control, t, x, where)
 
 
-@eqx.filter_jit
+@array_jit
 def _cs_state(model, control, t, x, h):
     n = x.shape[0]
     xs = x[None, :].astype(jnp.complex128) + 1j * h * jnp.eye(n)
@@ -217,10 +230,10 @@ def complex_step_jacobian(
     """
     t, x = _f64(t, x)
     _check(model, x)
-    return _cs_state(model, control, t, x, jnp.asarray(h, dtype=jnp.float64))
+    return _cs_state(model, control, t, x, np.float64(h))
 
 
-@eqx.filter_jit
+@array_jit
 def _cs_param(model, control, t, x, h, where):
     p = jnp.asarray(where((model, control)))
     k = p.size
@@ -251,4 +264,4 @@ def complex_step_parameter_jacobian(
     """
     t, x = _f64(t, x)
     _check(model, x)
-    return _cs_param(model, control, t, x, jnp.asarray(h, dtype=jnp.float64), where)
+    return _cs_param(model, control, t, x, np.float64(h), where)

@@ -208,4 +208,4 @@ def contact_along(model, control: AbstractControl, x0, t_span, *, ts=None, n_sav
     from .solve import simulate
 
     sol = simulate(model, control, x0, t_span, ts=ts, n_save=n_save, **simulate_kw)
-    return _contact_forces_jit(model, control, jnp.asarray(sol.ts), jnp.asarray(sol.xs), sol.context)
+    return _contact_forces_jit(model, control, sol.ts, sol.xs, sol.context)  # NumPy float64: traced, no eager op

@@ -16,7 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+
+from .errors import concrete
 
 # What eqx.is_array counts as an array (traced); everything else is static.
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
@@ -45,3 +48,15 @@ def array_jit(fn: Callable) -> Callable:
     call.__wrapped__ = fn
     call.__doc__ = fn.__doc__
     return call
+
+
+def float64_arg(v):
+    """``v`` as a float64 argument of a compiled call, never weakly typed (a weak type
+    selects a second program): a JAX array (or tracer) of that type as it is, another JAX
+    array cast (in NumPy when concrete), anything else converted in NumPy. An eager
+    ``jnp.asarray`` costs ~30–50 µs and compiles a small program per new shape; a NumPy
+    argument is moved by the compiled call's own dispatch."""
+    if isinstance(v, jax.Array) and v.dtype == jnp.float64 and not jax.typeof(v).weak_type:
+        return v
+    host = concrete(v)  # None for a tracer, or a sequence holding one
+    return jnp.asarray(v, dtype=jnp.float64) if host is None else np.asarray(host, dtype=np.float64)

@@ -44,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
-from ._dispatch import array_jit
+from ._dispatch import array_jit, float64_arg
 from ._typing import ArrayInput, FloatInput
 
 from .controls import AbstractControl
-from .errors import ModelError, concrete
+from .errors import ModelError
 from .models import AbstractModel
 
 __all__ = [
@@ -62,20 +62,8 @@ __all__ = [
 ]
 
 
-def _as_f64(v):
-    """A float64 array, never weakly typed (a weak type would compile a second program):
-    a JAX array (or tracer) of that type as it is, any other JAX array cast, anything else
-    converted in NumPy (an eager ``jnp.asarray`` costs more than the compiled call)."""
-    if isinstance(v, jax.Array):
-        if v.dtype == jnp.float64 and not jax.typeof(v).weak_type:
-            return v
-        host = concrete(v)
-        return jnp.asarray(v, dtype=jnp.float64) if host is None else np.asarray(host, dtype=np.float64)
-    return np.asarray(v, dtype=np.float64)
-
-
 def _f64(t, x):
-    t, x = _as_f64(t), _as_f64(x)
+    t, x = float64_arg(t), float64_arg(x)
     if t.shape != ():
         raise ModelError(f"t must be a scalar; got shape {t.shape}")
     return t, x

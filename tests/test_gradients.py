@@ -207,3 +207,43 @@ def test_running_cost_values_are_exact_integrals():
     # θ₁(0) = 0, so the cost component and θ₁ obey the same ODE from the same start and take
     # the same arithmetic: measured equal (0.0); the bound allows reordered rounding.
     assert float(dtheta) == pytest.approx(float(xT[0] - x0[0]), rel=1e-12)
+
+
+def test_eager_calls_reuse_the_compiled_solve():
+    """Called outside any trace, ``final_gc``, ``trajectory`` and ``running_cost`` compile once
+    per structure (and integrand) and then only run: new states, times and tolerances
+    (Python floats, NumPy or weakly typed JAX values) compile nothing. ``running_cost``
+    used to re-trace its solve op by op on every call (~0.5 s a call on the paper ball),
+    ``final_gc`` to evaluate the observables op by op (~10 ms)."""
+    ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
+    x0 = np.asarray(PAPER_BALL_X0)
+
+    def integrand(t, x):
+        return jnp.sum(x[4:7] ** 2)
+
+    def calls(x, t1, tol):
+        return (rb.final_gc(ball, ctl, x, (0.0, t1), rtol=tol, atol=tol),
+                rb.trajectory(ball, ctl, x, jnp.linspace(0.0, t1, 3), rtol=tol, atol=tol),
+                rb.running_cost(ball, ctl, x, (0.0, t1), integrand, rtol=tol, atol=tol))
+
+    first = calls(x0, 1.0, 1e-8)
+    x1 = x0.copy()
+    x1[10] += 0.01  # Ω₁(0)
+    inputs = [(x1, 1.5, 1e-9), (jnp.asarray(x0), jnp.asarray(0.5), jnp.asarray(1e-8))]
+    inputs = [(x, t1, tol, jnp.linspace(0.0, t1, 3)) for x, t1, tol in inputs]
+    compiles, recording = [], [True]
+    jax.monitoring.register_event_duration_secs_listener(  # (JAX has no public unregister: inert afterwards)
+        lambda name, _d, **k: compiles.append(k.get("fun_name"))
+        if recording[0] and name.endswith("backend_compile_duration") else None)
+    try:
+        for x, t1, tol, ts in inputs:
+            rb.final_gc(ball, ctl, x, (0.0, t1), rtol=tol, atol=tol)
+            rb.trajectory(ball, ctl, x, ts, rtol=tol, atol=tol)
+            rb.running_cost(ball, ctl, x, (0.0, t1), integrand, rtol=tol, atol=tol)
+    finally:
+        recording[0] = False
+    assert compiles == [], compiles
+    # and the compiled values are those of the same functions traced inside a jit
+    traced = eqx.filter_jit(calls)(jnp.asarray(x0), 1.0, 1e-8)
+    for a, b in zip(first, traced):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)

@@ -35,6 +35,7 @@ from jaxtyping import Array, Inexact
 
 from ._typing import FloatInput
 
+from ._dispatch import float64_arg
 from .controls import AbstractControl
 from .dynamics.ball import _all_masses
 from .observables import Kinematics
@@ -185,17 +186,17 @@ def contact_forces(
 ) -> ContactForces:
     """Contact force at every state of a trajectory ``xs`` ``(T, N)`` at times ``ts`` ``(T,)``.
 
-    Pure and differentiable (use it inside a design cost); vmapped over time.
+    Pure and differentiable (use it inside a design cost); vmapped over time, and compiled
+    as one program per model/control structure (called outside a trace, op-by-op
+    evaluation cost ~40 ms a call on the paper ball with T = 201, compiled ~1 ms).
     """
-    ts = jnp.asarray(ts, dtype=jnp.float64)
-    xs = jnp.asarray(xs, dtype=jnp.float64)
-    force = jax.vmap(lambda t, x: contact_force(model, control, t, x, context))(ts, xs)
-    return ContactForces(ts=ts, force=force)
+    return _contact_forces_jit(model, control, float64_arg(ts), float64_arg(xs), context)
 
 
 @eqx.filter_jit
 def _contact_forces_jit(model, control, ts, xs, context):
-    return contact_forces(model, control, ts, xs, context)
+    force = jax.vmap(lambda t, x: contact_force(model, control, t, x, context))(ts, xs)
+    return ContactForces(ts=ts, force=force)
 
 
 def contact_along(model, control: AbstractControl, x0, t_span, *, ts=None, n_save: int = 401, **simulate_kw) -> ContactForces:
@@ -208,4 +209,4 @@ def contact_along(model, control: AbstractControl, x0, t_span, *, ts=None, n_sav
     from .solve import simulate
 
     sol = simulate(model, control, x0, t_span, ts=ts, n_save=n_save, **simulate_kw)
-    return _contact_forces_jit(model, control, sol.ts, sol.xs, sol.context)  # NumPy float64: traced, no eager op
+    return contact_forces(model, control, sol.ts, sol.xs, sol.context)

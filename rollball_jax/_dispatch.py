@@ -55,7 +55,8 @@ def float64_arg(v):
     selects a second program): a JAX array (or tracer) of that type as it is, another JAX
     array cast (in NumPy when concrete), anything else converted in NumPy. An eager
     ``jnp.asarray`` costs ~30–50 µs and compiles a small program per new shape; a NumPy
-    argument is moved by the compiled call's own dispatch."""
+    argument is moved by the compiled call's own dispatch. (For values stored in a model,
+    which must be JAX arrays, construction uses :func:`rollball_jax.errors.as_float64`.)"""
     if isinstance(v, jax.Array) and v.dtype == jnp.float64 and not jax.typeof(v).weak_type:
         return v
     host = concrete(v)  # None for a tracer, or a sequence holding one

@@ -227,9 +227,10 @@ def running_cost(
     The integral is appended to the state as one more ODE component (ċ = L), so it is
     computed to the solve tolerance and differentiated like the trajectory (discrete
     adjoint only). ``integrand`` must not close over values being differentiated.
-    Raises ``ValueError`` for an adjoint other than ``"discrete"``/``"forward"``; a solve
-    that needs more than ``max_steps`` steps raises naming it (``throw=False``: returns
-    ``inf``), as :func:`trajectory` does.
+    Raises ``ValueError`` for an adjoint other than ``"discrete"``/``"forward"``;
+    ``ModelError`` for a bad model, control, ``x0``, ``rtol``/``atol`` or ``max_steps`` (as
+    :func:`trajectory`); a solve that needs more than ``max_steps`` steps raises naming it
+    (``throw=False``: returns ``inf``), as :func:`trajectory` does.
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):

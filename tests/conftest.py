@@ -1,8 +1,10 @@
 """Shared fixtures: the paper's two examples and their reference solutions."""
 
+import contextlib
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -14,6 +16,31 @@ REFERENCE = Path(__file__).resolve().parent / "data" / "paper_examples.json"
 BALL_RADII = [0.95, 0.9, 0.85]
 BALL_V = [[0.0, 0.0, 1.0], [np.pi / 2, 0.0, 1.0], [np.pi / 4, np.pi / 4, 1.0]]
 DISK_RADII = [0.9, 0.6333333333333333, 0.36666666666666664, 0.1]
+
+
+_COMPILE_SINKS: list[list] = []
+
+
+def _on_jax_event(name, _duration, **kwargs):
+    if name.endswith("backend_compile_duration"):
+        for sink in _COMPILE_SINKS:
+            sink.append(kwargs.get("fun_name"))
+
+
+# One listener for the whole run (JAX has no public way to remove one).
+jax.monitoring.register_event_duration_secs_listener(_on_jax_event)
+
+
+@contextlib.contextmanager
+def recorded_compiles():
+    """The names (``"jit(f)"``) of the XLA compilations made inside the ``with`` block, as
+    a list that fills while the block runs."""
+    names: list = []
+    _COMPILE_SINKS.append(names)
+    try:
+        yield names
+    finally:
+        _COMPILE_SINKS.remove(names)
 
 
 def _memory_maps() -> tuple[int, int] | None:

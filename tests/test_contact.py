@@ -23,7 +23,7 @@ import numpy as np
 
 import rollball_jax as rb
 from rollball_jax.contact import cm_acceleration, cm_acceleration_jvp, contact_along, contact_force, total_mass
-from conftest import PAPER_BALL_X0, make_paper_ball, make_paper_disk
+from conftest import PAPER_BALL_X0, make_paper_ball, make_paper_disk, recorded_compiles
 
 _contact = eqx.filter_jit(contact_force)
 
@@ -187,13 +187,7 @@ def test_contact_forces_called_directly_compile_once():
     np.testing.assert_array_equal(np.asarray(direct.force), np.asarray(along.force))
     other = rb.simulate(ball, ctl, PAPER_BALL_X0, (0.0, 3.0), ts=np.linspace(0.0, 3.0, 21))
     ts_j, xs_j = jnp.asarray(other.ts), jnp.asarray(other.xs)
-    compiles, recording = [], [True]
-    jax.monitoring.register_event_duration_secs_listener(  # (JAX has no public unregister: inert afterwards)
-        lambda name, _d, **k: compiles.append(k.get("fun_name"))
-        if recording[0] and name.endswith("backend_compile_duration") else None)
-    try:
+    with recorded_compiles() as compiles:
         rb.contact_forces(ball, ctl, other.ts, other.xs, other.context)
         rb.contact_forces(ball, ctl, ts_j, xs_j, other.context)
-    finally:
-        recording[0] = False
     assert compiles == [], compiles

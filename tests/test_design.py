@@ -26,7 +26,7 @@ from jax.flatten_util import ravel_pytree
 
 import rollball_jax as rb
 from rollball_jax import design as dz
-from conftest import PAPER_BALL_X0, make_paper_ball
+from conftest import PAPER_BALL_X0, make_paper_ball, recorded_compiles
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -127,12 +127,8 @@ def test_continuation_stops_per_stage_and_on_design_metrics():
     stages = [dz.Cost(dz.TargetGC((0.05, 0.02), w), dz.ControlEffort(1e-2)) for w in (1e1, 1e3)]
     p0 = problem.initial_params(0.1 * jnp.ones((3, 3)))
     kw = dict(method="lm", max_steps=40, progress=False)
-    compiles, recording = [], [True]  # one report program and one step program serve both stages
-    jax.monitoring.register_event_duration_secs_listener(  # (JAX has no public unregister: inert afterwards)
-        lambda name, _d, **k: compiles.append(k.get("fun_name"))
-        if recording[0] and name.endswith("backend_compile_duration") else None)
-    _, (first, second) = continuation(problem, stages, p0, target_cost=[1e9, None], **kw)
-    recording[0] = False
+    with recorded_compiles() as compiles:  # one report program and one step program serve both stages
+        _, (first, second) = continuation(problem, stages, p0, target_cost=[1e9, None], **kw)
     assert compiles.count("jit(cost_report)") <= 1 and compiles.count("jit(_step)") <= 1
     assert (first.iterations, first.message) == (1, "target_cost reached")
     assert second.iterations > 3 and second.message != "target_cost reached"

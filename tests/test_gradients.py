@@ -16,7 +16,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import rollball_jax as rb
-from conftest import PAPER_BALL_X0, PAPER_DISK_X0, make_paper_ball, make_paper_disk
+from conftest import PAPER_BALL_X0, PAPER_DISK_X0, make_paper_ball, make_paper_disk, recorded_compiles
 
 T_SPAN = (0.0, 20.0)
 
@@ -231,17 +231,11 @@ def test_eager_calls_reuse_the_compiled_solve():
     x1[10] += 0.01  # Ω₁(0)
     inputs = [(x1, 1.5, 1e-9), (jnp.asarray(x0), jnp.asarray(0.5), jnp.asarray(1e-8))]
     inputs = [(x, t1, tol, jnp.linspace(0.0, t1, 3)) for x, t1, tol in inputs]
-    compiles, recording = [], [True]
-    jax.monitoring.register_event_duration_secs_listener(  # (JAX has no public unregister: inert afterwards)
-        lambda name, _d, **k: compiles.append(k.get("fun_name"))
-        if recording[0] and name.endswith("backend_compile_duration") else None)
-    try:
+    with recorded_compiles() as compiles:
         for x, t1, tol, ts in inputs:
             rb.final_gc(ball, ctl, x, (0.0, t1), rtol=tol, atol=tol)
             rb.trajectory(ball, ctl, x, ts, rtol=tol, atol=tol)
             rb.running_cost(ball, ctl, x, (0.0, t1), integrand, rtol=tol, atol=tol)
-    finally:
-        recording[0] = False
     assert compiles == [], compiles
     # and the compiled values are those of the same functions traced inside a jit
     traced = eqx.filter_jit(calls)(jnp.asarray(x0), 1.0, 1e-8)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
-from conftest import PAPER_BALL_X0, PAPER_DISK_X0, make_paper_ball, make_paper_disk
+from conftest import PAPER_BALL_X0, PAPER_DISK_X0, make_paper_ball, make_paper_disk, recorded_compiles
 from rollball_jax import jacobians as jj
 
 #: Only for the parametrised cases, drawn once at import (no test draws from it).
@@ -190,18 +190,13 @@ def test_no_recompilation_for_new_values():
     calls = [(other, ctl2, t, PAPER_BALL_X0 + t) for t in (0.3, 1.0, 7.0)]
     calls += [(other, ctl, jnp.asarray(t), jnp.asarray(PAPER_BALL_X0 + t)) for t in (0.3, 1.0)]  # weak t
     fresh = rb.FunctionControl(lambda t, p: jnp.full(3, 0.1) * t)
-    compiles, recording = [], [True]
-    jax.monitoring.register_event_duration_secs_listener(  # (JAX has no public unregister: inert afterwards)
-        lambda name, _d, **k: compiles.append(k.get("fun_name"))
-        if recording[0] and name.endswith("backend_compile_duration") else None)
-    try:
+    with recorded_compiles() as compiles:
         for args in calls:
             jj.state_jacobian(*args)
-        assert compiles == [], compiles
+    assert compiles == [], compiles
+    with recorded_compiles() as compiles:
         jj.state_jacobian(model, fresh, 0.0, PAPER_BALL_X0)
-        assert len(compiles) == 1, compiles
-    finally:
-        recording[0] = False
+    assert len(compiles) == 1, compiles
 
 
 def test_bad_state_raises():

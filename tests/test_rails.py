@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
+from conftest import recorded_compiles
 from rollball_jax.errors import ModelError
 
 ROT = np.asarray(rb.geometry.paper_rail_rotation(jnp.array([0.4, 0.3, 1.0])))
@@ -242,21 +243,17 @@ def test_railset_of_zero_or_one_mass(rails):
         np.testing.assert_allclose(rs.sample(5)[0, 1], [0.0, 0.0, 0.3], atol=1e-15)
 
 
-def test_building_a_model_compiles_no_eager_operations(caplog):
+def test_building_a_model_compiles_no_eager_operations():
     """Construction shapes concrete arrays in NumPy and moves them with ``jax.device_put``:
     building a ball of a new size compiles only the package's own jitted helpers (the paper
     rail frames, the rail reach samples and their peak refinement: 3, plus at most a scalar
     conversion), not one program per eager ``jnp`` operation and shape (measured 4 with a
     7-mass ball; 60-odd before, which made building the first paper ball take 0.5 s)."""
-    import logging
-
     import jax
 
-    caplog.set_level(logging.WARNING, logger="jax")
-    with jax.log_compiles():
+    with recorded_compiles() as compiled:
         rails = [rb.CircleRail.paper(0.5 + 0.05 * i, [0.1 * i, 0.2, 1.0]) for i in range(7)]
         ball = rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0] * 7, rails)
         x0 = ball.initial_state(theta=np.linspace(0.0, 1.0, 7))
-    compiled = [r.getMessage() for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
     assert len(compiled) <= 6, compiled
     assert isinstance(x0, jax.Array) and isinstance(ball.masses, jax.Array) and x0.dtype == np.float64

@@ -20,7 +20,7 @@ from .._typing import RealScalar, TimeSpan
 from .. import _xla_flags, checks
 from ..errors import ModelError
 from ..models import AbstractModel
-from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, default_solver, integrate
+from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, FORWARD_ONLY, default_solver, integrate
 from .._results import result_code
 from ._group_rk import _solve_group_fixed, _solve_group_shared, _solve_pool_lockstep, _tableau
 from ._result import STATUS_NONFINITE, STATUS_NONFINITE_FIELD, STATUS_RAIL_LEFT, STATUS_SUCCESS, BatchResult
@@ -91,7 +91,8 @@ def _pad_rows(tree, n_pad):
 @functools.lru_cache(maxsize=64)
 def _adaptive_fn(solver, max_steps, control_axis, devices):
     def one(m, c, x0, ts, t0, t1, rtol, atol, dt0):
-        sol = integrate(m, c, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0)
+        sol = integrate(m, c, x0, ts, t0=t0, t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0,
+                        adjoint=FORWARD_ONLY)
         ys, y_end = sol.ys
         st = sol.stats
         return dict(ys=ys, x_end=y_end[-1], t_end=sol.ts[1][-1], code=result_code(sol.result),

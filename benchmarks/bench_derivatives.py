@@ -12,6 +12,9 @@ Rows:
   * the Jacobian of the final GC (2 outputs) w.r.t. the same parameters by forward mode;
   * the floor of any reverse pass: one VJP of the vector field per recorded step and
     replayed stage, back to back, nothing else;
+  * likewise the forward solve's own vector-field evaluations alone (its steps times the
+    evaluations per step), which splits the forward solve's time into the field and the
+    rest (diffrax's loop, step-size control, stage sums);
 each with compile time, steady per-call time (median) and ratio to the forward solve; the
 solve rows are timed side by side (rounds of five calls of each, the last three timed),
 so the ratios hold on a machine whose speed drifts.
@@ -158,12 +161,23 @@ def main(argv=None) -> None:
 
         return jax.lax.fori_loop(0, n_vjp, body, (jnp.ones_like(y), jax.tree_util.tree_map(jnp.zeros_like, p)))
 
+    # -- the forward solve's own field evaluations, back to back -----------------------
+    # Its steps (accepted + rejected) times the evaluations per step (FSAL: one stage is
+    # the previous step's last), with nothing else: what the solve would cost if its loop,
+    # step control and stage sums were free.
+    stats = jax.jit(lambda p: rb.integrate(*eqx.combine(p, static), jnp.asarray(T_SPAN), rtol=TOL, atol=TOL).stats)(params)
+    n_eval = int(stats["num_steps"]) * (len(tab.b_sol) - int(tab.fsal)) + 1
+
+    @jax.jit
+    def field_floor(p, y):
+        return jax.lax.fori_loop(0, n_eval, lambda i, z: z + 1e-9 * vf(p, 0.05 + 1e-3 * i, z), y)
+
     timings = timed_side_by_side({
         "forward": (forward, (params,)), "recording": (recording, (params,)), "reverse": (grad_rev, (params,)),
-        "jacfwd": (jac_fwd, (params,)), "vjps": (vjp_floor, (vf_params, x)),
+        "jacfwd": (jac_fwd, (params,)), "vjps": (vjp_floor, (vf_params, x)), "fields": (field_floor, (vf_params, x)),
     }, repeats=args.repeats)
-    (c_f, s_f, b_f), (c_d, s_d, b_d), (c_r, s_r, b_r), (c_j, s_j, _), (c_v, s_v, b_v) = (
-        timings[k] for k in ("forward", "recording", "reverse", "jacfwd", "vjps"))
+    (c_f, s_f, b_f), (c_d, s_d, b_d), (c_r, s_r, b_r), (c_j, s_j, _), (c_v, s_v, b_v), (c_e, s_e, _) = (
+        timings[k] for k in ("forward", "recording", "reverse", "jacfwd", "vjps", "fields"))
     g_rev = np.asarray(jax.flatten_util.ravel_pytree(grad_rev(params))[0])
     g_fwd = np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], jac_fwd(params)))[0])
     agree = float(np.max(np.abs(g_rev - g_fwd)) / np.max(np.abs(g_fwd)))
@@ -175,6 +189,8 @@ def main(argv=None) -> None:
     rows.append((f"Jacobian, forward ({n_params} params)", c_j, s_j, s_j / s_f, "2 outputs"))
     rows.append((f"{n_vjp} VJPs of the field only", c_v, s_v, s_v / s_f,
                  f"{int(record.num_accepted)} recorded steps x {n_stages} stages, back to back"))
+    rows.append((f"{n_eval} evaluations of the field only", c_e, s_e, s_e / s_f,
+                 f"the forward solve's {int(stats['num_steps'])} steps x {len(tab.b_sol) - int(tab.fsal)} (FSAL) + 1, back to back"))
 
     print()
     print(f"{'quantity':38s} {'compile[s]':>10s} {'time[ms]':>10s} {'/forward':>9s}  note")
@@ -184,6 +200,8 @@ def main(argv=None) -> None:
         print(f"{name:38s} {comp:10.2f} {steady * 1e3:10.4f} {r:>9s}  {note}")
     print()
     print(f"autodiff Jacobian is {s_cs / s_ad:.1f}x faster than complex step")
+    print(f"forward solve: field evaluations {100 * s_e / s_f:.0f} % of its time, "
+          f"loop, step control and stage sums {1e3 * (s_f - s_e):.2f} ms")
     print(f"gradient_compile_s: {c_r:.2f}")
     print(f"gradient_floor_over_forward: {(s_d + s_v) / s_f:.2f}  (recording pass + the VJPs alone)")
     print(f"best of {3 * args.repeats}: gradient/forward {b_r / b_f:.2f}, floor/forward {(b_d + b_v) / b_f:.2f}")

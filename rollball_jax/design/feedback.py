@@ -77,11 +77,19 @@ def riccati(
     ts = jnp.asarray(ts, dtype=jnp.float64)
     Q_of_t = Q if callable(Q) else (lambda t, Q_=jnp.asarray(Q, dtype=jnp.float64): Q_)
     R, Qf = (jnp.asarray(M, dtype=jnp.float64) for M in (R, Qf))
+    P, ok = _riccati_solve(lambda t: (A(t), B(t)), Q_of_t, R, Qf, ts, rtol, atol, max_steps)
+    _raise_unless(ok)
+    return P
+
+
+def _riccati_solve(AB, Q_of_t, R, Qf, ts, rtol, atol, max_steps):
+    """Traceable core of :func:`riccati`: ``(P (G, N, N), ok)``; ``AB(t) = (A(t), B(t))``,
+    ``ok`` false for a failed solve (a finite escape or ``max_steps``)."""
     R_inv = jnp.linalg.inv(R)
 
     def rhs(t, P, args):
         P = 0.5 * (P + P.T)
-        a, b = A(t), B(t)
+        a, b = AB(t)
         PB = P @ b
         return -(a.T @ P + P @ a - PB @ R_inv @ PB.T + Q_of_t(t))
 
@@ -91,10 +99,14 @@ def riccati(
         max_steps=max_steps, throw=False,
     )
     P = sol.ys[::-1]
-    if not bool(jnp.all(jnp.isfinite(P))) or not bool(sol.result == dfx.RESULTS.successful):
+    ok = jnp.all(jnp.isfinite(P)) & (sol.result == dfx.RESULTS.successful)
+    return 0.5 * (P + jnp.swapaxes(P, 1, 2)), ok
+
+
+def _raise_unless(ok):
+    if not bool(ok):
         raise SimulationError("Riccati solve failed (finite escape or max_steps): check Q, R, Q_f and the horizon",
                               cause="riccati")
-    return 0.5 * (P + jnp.swapaxes(P, 1, 2))
 
 
 def _spline_second_derivatives(knots: np.ndarray, values: Array) -> Array:
@@ -286,6 +298,39 @@ def _linearisation(model, control, t, x):
     return jax.jacfwd(f, argnums=(0, 1))(x, u)
 
 
+@eqx.filter_jit
+def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
+    """``(P (G, M, M), gains (G, n, M), ok)`` of :func:`tvlqr` along the nominal spline
+    ``(knots, xs, x_second)``: the linearisation, the Riccati solve (:func:`riccati`'s, at its
+    default tolerances) and ``K = R⁻¹ Bᵀ P`` in one program, compiled once per model/control
+    structure and grid size (closures built per call made the Riccati solve and the gains
+    compile anew at every call). ``k``: the versor index of the geometric error, or
+    ``None`` for the full error."""
+    M = model.state_size if k is None else model.state_size - 1
+
+    def x_bar_at(t):
+        return _spline_eval(knots, xs, x_second, t)
+
+    def pulled_back(W, x_bar):
+        """ψ_eᵀ W ψ_e at e = 0 for an (N, N) weight; an (M, M) weight as given."""
+        if W.shape == (M, M):
+            return W
+        F = jax.jacfwd(lambda e: state_retract(x_bar, e, k))(jnp.zeros(M))  # (N, M)
+        return F.T @ W @ F
+
+    def lin(t, x_bar):
+        if k is None:
+            return linearisation(model, control, t, x_bar)
+        return error_linearisation(model, control, t, x_bar, k)
+
+    Q_e = (lambda t: Q) if k is None else (lambda t: pulled_back(Q, x_bar_at(t)))
+    Qf_e = Qf if k is None else pulled_back(Qf, xs[-1])
+    P, ok = _riccati_solve(lambda t: lin(t, x_bar_at(t)), Q_e, R, Qf_e, knots, 1e-9, 1e-9, 100_000)
+    Bs = jax.vmap(lambda t, x: lin(t, x)[1])(knots, xs)  # (G, M, n)
+    gains = jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
+    return P, gains, ok
+
+
 def tvlqr(
     model: AbstractModel,
     control: AbstractControl,
@@ -355,35 +400,8 @@ def tvlqr(
             raise ModelError("nominal times must increase strictly from t_span[0] to t_span[1]")
     x_second = _spline_second_derivatives(knots, xs)
     kj = jnp.asarray(knots)
-
-    def x_bar_at(t):
-        return _spline_eval(kj, xs, x_second, t)
-
-    def pulled_back(W, x_bar):
-        """ψ_eᵀ W ψ_e at e = 0 for an (N, N) weight; an (M, M) weight as given."""
-        if W.shape == (M, M):
-            return W
-        F = jax.jacfwd(lambda e: state_retract(x_bar, e, k))(jnp.zeros(M))  # (N, M)
-        return F.T @ W @ F
-
-    if k is None:
-        def lin(t, x_bar):
-            return linearisation(model, control, t, x_bar)
-    else:
-        def lin(t, x_bar):
-            return error_linearisation(model, control, t, x_bar, k)
-
-    AB = jax.jit(lambda t: lin(t, x_bar_at(t)))
-    Q_e = Q if k is None else jax.jit(lambda t: pulled_back(Q, x_bar_at(t)))
-    Qf_e = Qf if k is None else jax.jit(pulled_back)(Qf, xs[-1])
-    P = riccati(lambda t: AB(t)[0], lambda t: AB(t)[1], Q_e, R, Qf_e, knots)
-
-    @jax.jit  # one program, not one eager dispatch per primitive of the Jacobian
-    def riccati_gains(P):
-        Bs = jax.vmap(lambda t, x: lin(t, x)[1])(kj, xs)  # (G, M, n)
-        return jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
-
-    gains = riccati_gains(P)
+    P, gains, ok = _tvlqr_gains(model, control, kj, xs, x_second, Q, R, Qf, k)
+    _raise_unless(ok)
     if u_max is not None:
         u_max = float(u_max)
         if not u_max > 0 or not np.isfinite(u_max):

@@ -37,6 +37,14 @@ def test_segments_reproduce_single_shooting_and_defects_vanish():
     np.testing.assert_allclose(np.asarray(ev_ms.ts)[keep], np.asarray(ev_ss.ts), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(ev_ms.xs)[keep], np.asarray(ev_ss.xs), rtol=0, atol=1e-8)
     assert float(jnp.max(jnp.abs(ms.defects(params)))) < 1e-8
+    # an eager evaluation of new parameters of the same structure reuses the compiled segments
+    from conftest import recorded_compiles
+
+    params2 = ms.initial_params(values=0.5 * values)
+    with recorded_compiles() as compiles:
+        xs2 = np.asarray(ms.evaluate(params2).xs)
+    assert not [n for n in compiles if any(k in n for k in ("scan", "segments", "trajectory", "map"))], compiles
+    assert np.all(np.isfinite(xs2)) and not np.allclose(xs2, np.asarray(ev_ms.xs))
     with pytest.raises(rb.ModelError, match="multiple of n_segments"):
         dz.MultipleShooting(prob, 3)
 

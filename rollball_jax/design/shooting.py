@@ -36,6 +36,18 @@ from .costs import Continuity
 from .problem import DesignProblem, Evaluation
 
 
+@eqx.filter_jit
+def _segments(model, control, starts, seg_ts, solver, rtol, atol, max_steps, adjoint, dense):
+    """States ``(S, K, N)`` of every segment from its start ``starts[s]`` at its times
+    ``seg_ts[s]``. Compiled once per structure: a ``lax.map`` over a closure built per call
+    compiled anew at every eager call of :meth:`MultipleShooting.evaluate` (~1 s each)."""
+    # lax.map, not vmap: under vmap the discrete adjoint's "skip the unused step buffer"
+    # conditionals would become selects and replay all max_steps steps of every segment.
+    return jax.lax.map(lambda a: trajectory(model, control, a[0], a[1], solver=solver, rtol=rtol, atol=atol,
+                                            max_steps=max_steps, adjoint=adjoint, throw=False, dense=dense),
+                       (starts, seg_ts))
+
+
 class MultipleShooting(eqx.Module):
     """Multiple-shooting form of a :class:`DesignProblem` with ``n_segments`` segments.
 
@@ -141,11 +153,7 @@ class MultipleShooting(eqx.Module):
         control = self.control(params)
         starts = self.segment_starts(params)
         seg_ts = self._segment_ts()
-        # lax.map, not vmap: under vmap the discrete adjoint's "skip the unused step buffer"
-        # conditionals would become selects and replay all max_steps steps of every segment.
-        xs = jax.lax.map(lambda a: trajectory(p.model, control, a[0], a[1], solver=p.solver, rtol=p.rtol, atol=p.atol,
-                                              max_steps=p.max_steps, adjoint=adjoint, throw=False, dense=p.dense),
-                         (starts, seg_ts))
+        xs = _segments(p.model, control, starts, seg_ts, p.solver, p.rtol, p.atol, p.max_steps, adjoint, p.dense)
         x0 = self.initial_state(params)
         return Evaluation(p.model, control, x0, seg_ts.reshape(-1), xs.reshape(-1, xs.shape[-1]), p.context(x0))
 

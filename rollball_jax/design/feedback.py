@@ -73,7 +73,9 @@ def riccati(
     PID control, symmetrised at every evaluation). ``A(t)`` ``(N, N)``, ``B(t)`` ``(N, n)``
     are callables; ``Q`` (an array, or a callable ``Q(t)`` ``(N, N)``), ``Qf`` symmetric
     positive semi-definite, ``R`` symmetric positive definite. Raises ``SimulationError`` if
-    the solve fails (e.g. a finite escape)."""
+    the solve fails (e.g. a finite escape). Called eagerly, each call compiles its solve
+    anew (the callables are part of the program); :func:`tvlqr` keeps one compiled program
+    per model structure."""
     ts = jnp.asarray(ts, dtype=jnp.float64)
     Q_of_t = Q if callable(Q) else (lambda t, Q_=jnp.asarray(Q, dtype=jnp.float64): Q_)
     R, Qf = (jnp.asarray(M, dtype=jnp.float64) for M in (R, Qf))

@@ -56,6 +56,12 @@ from ..models import AbstractModel
 from ..rails import CircleRail, EllipseRail, FigureEightRail
 
 
+#: Default tolerances (rtol = atol) and step budget of the Riccati solve (:func:`riccati`,
+#: and :func:`tvlqr`'s).
+RICCATI_TOL = 1e-9
+RICCATI_MAX_STEPS = 100_000
+
+
 def riccati(
     A: Callable[[Array], Float[Array, "N N"]],
     B: Callable[[Array], Float[Array, "N n"]],
@@ -64,9 +70,9 @@ def riccati(
     Qf: FloatInput["N N"],
     ts: FloatInput[" G"],
     *,
-    rtol: RealScalar = 1e-9,
-    atol: RealScalar = 1e-9,
-    max_steps: int = 100_000,
+    rtol: RealScalar = RICCATI_TOL,
+    atol: RealScalar = RICCATI_TOL,
+    max_steps: int = RICCATI_MAX_STEPS,
 ) -> Float[Array, "G N N"]:
     """``P(t)`` at the increasing times ``ts`` ``(G,)`` of the Riccati ODE above, with
     ``P(ts[-1]) = Qf``; integrated from ``ts[-1]`` back to ``ts[0]`` (diffrax ``Tsit5``,
@@ -303,8 +309,8 @@ def _linearisation(model, control, t, x):
 @eqx.filter_jit
 def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
     """``(P (G, M, M), gains (G, n, M), ok)`` of :func:`tvlqr` along the nominal spline
-    ``(knots, xs, x_second)``: the linearisation, the Riccati solve (:func:`riccati`'s, at its
-    default tolerances) and ``K = R⁻¹ Bᵀ P`` in one program, compiled once per model/control
+    ``(knots, xs, x_second)``: the linearisation, the Riccati solve (:func:`riccati`'s core,
+    at its default tolerances) and ``K = R⁻¹ Bᵀ P`` in one program, compiled once per model/control
     structure and grid size (closures built per call made the Riccati solve and the gains
     compile anew at every call). ``k``: the versor index of the geometric error, or
     ``None`` for the full error."""
@@ -327,7 +333,8 @@ def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
 
     Q_e = (lambda t: Q) if k is None else (lambda t: pulled_back(Q, x_bar_at(t)))
     Qf_e = Qf if k is None else pulled_back(Qf, xs[-1])
-    P, ok = _riccati_solve(lambda t: lin(t, x_bar_at(t)), Q_e, R, Qf_e, knots, 1e-9, 1e-9, 100_000)
+    P, ok = _riccati_solve(lambda t: lin(t, x_bar_at(t)), Q_e, R, Qf_e, knots, RICCATI_TOL, RICCATI_TOL,
+                           RICCATI_MAX_STEPS)
     Bs = jax.vmap(lambda t, x: lin(t, x)[1])(knots, xs)  # (G, M, n)
     gains = jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
     return P, gains, ok
@@ -402,7 +409,7 @@ def tvlqr(
             raise ModelError("nominal times must increase strictly from t_span[0] to t_span[1]")
     x_second = _spline_second_derivatives(knots, xs)
     kj = jnp.asarray(knots)
-    P, gains, ok = _tvlqr_gains(model, control, kj, xs, x_second, Q, R, Qf, k)
+    _, gains, ok = _tvlqr_gains(model, control, kj, xs, x_second, Q, R, Qf, k)
     _raise_unless(ok)
     if u_max is not None:
         u_max = float(u_max)

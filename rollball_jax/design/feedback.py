@@ -310,10 +310,10 @@ def _linearisation(model, control, t, x):
 def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
     """``(P (G, M, M), gains (G, n, M), ok)`` of :func:`tvlqr` along the nominal spline
     ``(knots, xs, x_second)``: the linearisation, the Riccati solve (:func:`riccati`'s core,
-    at its default tolerances) and ``K = R⁻¹ Bᵀ P`` in one program, compiled once per model/control
-    structure and grid size (closures built per call made the Riccati solve and the gains
-    compile anew at every call). ``k``: the versor index of the geometric error, or
-    ``None`` for the full error."""
+    at its default tolerances) and ``K = R⁻¹ Bᵀ P`` in one program, compiled once per
+    model/control structure, grid size, error kind and weight shape (closures built per
+    call made the Riccati solve and the gains compile anew at every call). ``k``: the
+    versor index of the geometric error, or ``None`` for the full error."""
     M = model.state_size if k is None else model.state_size - 1
 
     def x_bar_at(t):

@@ -147,8 +147,9 @@ class MultipleShooting(eqx.Module):
 
     # ---- solving -------------------------------------------------------------------------
     def evaluate(self, params: PyTree, adjoint: str = "discrete") -> Evaluation:
-        """All segments solved together (``vmap``); the samples concatenated segment by
-        segment (pure, differentiable; a failed segment gives ``inf`` states)."""
+        """All segments solved in one compiled program (``lax.map`` over the segments); the
+        samples concatenated segment by segment (pure, differentiable; a failed segment
+        gives ``inf`` states)."""
         p = self.problem
         control = self.control(params)
         starts = self.segment_starts(params)

@@ -10,6 +10,7 @@ import pytest
 
 import rollball_jax as rb
 from rollball_jax import design as dz
+from conftest import recorded_compiles
 
 
 def _inverted_disk(horizon, n_samples=81, tol=1e-8):
@@ -38,8 +39,6 @@ def test_segments_reproduce_single_shooting_and_defects_vanish():
     np.testing.assert_allclose(np.asarray(ev_ms.xs)[keep], np.asarray(ev_ss.xs), rtol=0, atol=1e-8)
     assert float(jnp.max(jnp.abs(ms.defects(params)))) < 1e-8
     # an eager evaluation of new parameters of the same structure reuses the compiled segments
-    from conftest import recorded_compiles
-
     params2 = ms.initial_params(values=0.5 * values)
     with recorded_compiles() as compiles:
         xs2 = np.asarray(ms.evaluate(params2).xs)

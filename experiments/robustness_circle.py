@@ -9,7 +9,8 @@ the initial state off by 0.05 rad in every angle (the three rail angles and the 
 orientation, a rotation by (±0.05, ±0.05, ±0.05) about the body axes; random signs).
 Each robot runs twice: with the open-loop plan u(t) (``control_axis=None``: one control
 shared by all members), and with the TVLQR feedback u(t, x) = ū(t) − K(t) φ(x, x̄(t))
-designed on the *nominal* model around the designed segments (the same controller for
+designed on the *nominal* model around the designed segments (``feedback_nominal``: the
+controller of the design's own closed-loop verification; the same controller for
 every member: it does not know the perturbation), with the (b′) feedback settings
 (``design_circle_tracking.feedback_weights``: the error φ in geometric coordinates, the
 body-frame rotation error instead of x − x̄ on the versor, the orientation not weighted).
@@ -124,7 +125,7 @@ def run(quick: bool = False, out: str | Path | None = None, progress: bool = Tru
     base = ms.problem
     control = base.control(ms.single_shooting_params(params))
     t_feedback = time.perf_counter()
-    controller = dz.tvlqr(base.model, control, base.x0, (0.0, base.horizon), nominal=ms.nominal(params),
+    controller = dz.tvlqr(base.model, control, base.x0, (0.0, base.horizon), nominal=ms.feedback_nominal(params),
                           **circle.feedback_weights(base.model))
     t_feedback = time.perf_counter() - t_feedback
     members = members or (16 if quick else MEMBERS)

@@ -35,7 +35,7 @@ from .costs import (
     TrackPath,
 )
 from .feedback import tvlqr
-from .shooting import MultipleShooting
+from .shooting import FEEDBACK_REFINE, MultipleShooting
 
 
 def _jsonable(x):
@@ -267,8 +267,8 @@ def run_experiment(
         cost = Cost(*[t for t in final.cost.terms if not isinstance(t, Continuity)])
         nominal = design_xs = None
         if ms is not None:
-            nominal = ms.nominal(final.params, per_segment=4 * ms.per_segment)
-            design_xs = nominal[1][::4]  # the segments at the design's sample times
+            nominal = ms.feedback_nominal(final.params)
+            design_xs = nominal[1][::FEEDBACK_REFINE]  # the segments at the design's sample times
         controller = tvlqr(base.model, base.control(params), base.initial_state(params), (0.0, base.horizon),
                            nominal=nominal, **(feedback or {}))
         ver = verify(base, cost, params, hold=hold, refine=refine, control=controller, design_xs=design_xs)

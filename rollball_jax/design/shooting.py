@@ -48,6 +48,9 @@ def _segments(model, control, starts, seg_ts, solver, rtol, atol, max_steps, adj
                        (starts, seg_ts))
 
 
+#: Nominal points per design sample interval for a feedback law (:meth:`MultipleShooting.feedback_nominal`).
+FEEDBACK_REFINE = 4
+
 class MultipleShooting(eqx.Module):
     """Multiple-shooting form of a :class:`DesignProblem` with ``n_segments`` segments.
 
@@ -188,6 +191,15 @@ class MultipleShooting(eqx.Module):
             ts.append(np.asarray(sol.ts) if last else np.asarray(sol.ts)[:-1])
             xs.append(np.asarray(sol.xs) if last else np.asarray(sol.xs)[:-1])
         return np.concatenate(ts), np.concatenate(xs)
+
+    def feedback_nominal(self, params: PyTree) -> tuple[np.ndarray, np.ndarray]:
+        """The nominal motion a feedback law around this design is built on:
+        :meth:`nominal` with ``FEEDBACK_REFINE`` (4) points per design sample interval, so
+        that every ``FEEDBACK_REFINE``-th point is a design sample. The closed-loop
+        verification of ``rollball_jax.design.report.run_experiment`` and the robustness
+        experiment both use it, so they study the same controller (and share its compiled
+        Riccati solve). Returns ``(ts (S·4m + 1,), xs (·, N))``."""
+        return self.nominal(params, per_segment=FEEDBACK_REFINE * self.per_segment)
 
     def wrap(self, params: PyTree, ts: ArrayInput, xs: ArrayInput) -> Evaluation:
         x0 = self.initial_state(params)

@@ -116,6 +116,19 @@ def integrate(
 #: of ``rb.simulate`` (paper examples) unchanged within run-to-run noise (±0.1 s).
 FORWARD_ONLY = dfx.ForwardMode()
 
+#: Smallest number of save times ``rb.simulate`` compiles for (see :func:`save_bucket`).
+SAVE_BUCKET_MIN = 16
+
+
+def save_bucket(n: int) -> int:
+    """The number of save times ``rb.simulate``'s compiled solve is built for, for ``n``
+    requested ones: the next power of two, at least ``SAVE_BUCKET_MIN`` (the extra ones repeat
+    the last save time and are dropped). The number of save times is part of the compiled
+    program's shape; with buckets, calls with 101, 120 or 128 save times share one program
+    instead of compiling three (~1 s each)."""
+    return max(SAVE_BUCKET_MIN, 1 << (int(n) - 1).bit_length())
+
+
 PROBE_OFFSETS = np.concatenate([[0.0], np.logspace(-15, -1, 15)])
 _STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
 
@@ -285,7 +298,8 @@ def simulate(
     z_a : disk only, initial GC position along e1 (5.41).
 
     Returns a :class:`Solution`. Compiles once per model structure (number and kinds of
-    rails, control type, solver, ``max_steps``); later calls with new values reuse it.
+    rails, control type, solver, ``max_steps``) and bucket of save counts
+    (:func:`save_bucket`: 1–16, 17–32, 33–64, …); later calls with new values reuse it.
 
     Raises
     ------
@@ -324,15 +338,17 @@ def simulate(
     # NumPy arrays (not Python floats) so that new values reuse the compiled solve.
     f64 = np.float64
     n_ts, n_x = ts.shape[0], x0.shape[0]
+    n_pad = save_bucket(n_ts)  # the last save time repeated up to the bucket's size
+    ts_in = ts if n_pad == n_ts else np.concatenate([ts, np.full(n_pad - n_ts, ts[-1])])
     out = np.asarray(_integrate_jit(
-        model, control, np.concatenate([np.asarray([t0, t1, rtol, atol], f64), x0, ts]), solver,
+        model, control, np.concatenate([np.asarray([t0, t1, rtol, atol], f64), x0, ts_in]), solver,
         int(max_steps), None if dt0 is None else np.asarray(dt0, f64),
     ))
     wall = time.perf_counter() - start
-    ys, y_end, info = out[: n_ts * n_x].reshape(n_ts, n_x), out[n_ts * n_x : (n_ts + 1) * n_x], out[(n_ts + 1) * n_x :]
+    ys, y_end, info = out[: n_ts * n_x].reshape(n_ts, n_x), out[n_pad * n_x : (n_pad + 1) * n_x], out[(n_pad + 1) * n_x :]
     t_end, code = info[0], int(info[1])
     stats = {k: int(v) for k, v in zip(_STAT_NAMES, info[2:5])}
-    outside0, outside = info[5] != 0.0, info[6:] != 0.0
+    outside0, outside = info[5] != 0.0, info[6 : 6 + n_ts] != 0.0
     if bool(outside0):
         model.check_state(x0, "x0")  # raises ModelError naming the mass
     if code != CODES["successful"]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
-from conftest import PAPER_DISK_X0
+from conftest import PAPER_DISK_X0, recorded_compiles
 
 
 
@@ -83,6 +83,28 @@ def test_paper_disk_matches_reference(paper_disk, reference):
     gc = np.array([ref["gc_position"][k] for k in ref["gc_position"]])
     np.testing.assert_allclose(sol.gc[:, 0], gc, atol=1e-9)
     np.testing.assert_allclose(PAPER_DISK_X0, ref["x0"])
+
+
+def test_save_counts_in_one_bucket_share_the_compiled_solve(paper_disk, reference):
+    """``rb.simulate`` compiles one solve per bucket of save counts (the next power of two,
+    at least 16; the padding repeats the last save time and is dropped): 9, 12 and 16 save
+    times run one program. Save times do not move the steps, so the states at the reference
+    times are the same numbers bit for bit, whatever other times are requested, and so is
+    the final state with 17 save times (the next bucket, 32)."""
+    assert [rb.solve.save_bucket(n) for n in (1, 9, 16, 17, 101)] == [16, 16, 16, 32, 128]
+    ts9 = np.asarray(reference["disk"]["t_out"])
+    ts12 = np.sort(np.concatenate([ts9, [0.7, 7.7, 17.7]]))
+    run = lambda ts: rb.simulate(paper_disk, rb.PaperStep.disk(4), PAPER_DISK_X0, (0.0, 20.0), ts=ts,  # noqa: E731
+                                 rtol=1e-12, atol=1e-12)
+    sol9 = run(ts9)
+    with recorded_compiles() as compiles:
+        sol12 = run(ts12)
+        sol16 = run(np.linspace(0.0, 20.0, 16))
+    assert compiles == [], compiles
+    assert sol9.xs.shape == (9, 10) and sol12.xs.shape == (12, 10) and sol16.xs.shape == (16, 10)
+    assert np.array_equal(sol12.xs[np.searchsorted(ts12, ts9)], sol9.xs)
+    assert np.array_equal(sol16.xs[-1], sol9.xs[-1])
+    assert np.array_equal(run(np.linspace(0.0, 20.0, 17)).xs[-1], sol9.xs[-1])
 
 
 def test_disk_energy_balance(paper_disk):

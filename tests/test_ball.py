@@ -187,7 +187,7 @@ def test_vector_field_under_jit_vmap_grad(paper_ball):
     x = jnp.asarray(PAPER_BALL_X0)
     f = _vf(paper_ball, 0.05, x, ctl)
     assert np.all(np.isfinite(f))
-    jac = jax.jit(jax.jacfwd(lambda y: paper_ball.vector_field(0.05, y, ctl)))(x)  # eagerly: ~100 op-by-op compiles
+    jac = jax.jit(jax.jacfwd(lambda y: paper_ball.vector_field(0.05, y, ctl)))(x)  # under jit (eagerly: ~100 op-by-op compiles)
     assert jac.shape == (15, 15) and np.all(np.isfinite(jac))
     # vmap over a batch of rail radii == loop
     radii = jnp.array([0.6, 0.7, 0.8])

@@ -480,7 +480,7 @@ def test_lockstep_error_norm_is_relative_to_the_state(paper_ball, reference):
     x0 = np.array(PAPER_BALL_X0)
     x0[13:15] += 1e3
     models, x0s = bt.stack([paper_ball, paper_ball]), np.stack([x0, x0])
-    ts = np.asarray(reference["ball"]["t_out"])  # the save times of the test above: its compiled programs serve
+    ts = np.asarray(reference["ball"]["t_out"])  # as in test_every_mode_matches_...: its compiled programs serve
     accepted = {}
     for strategy in (bt.Adaptive(), bt.Lockstep(group_size=2), bt.Shared(group_size=2)):
         res = bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, (0.0, 20.0), ts=ts,

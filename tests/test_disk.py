@@ -86,12 +86,13 @@ def test_paper_disk_matches_reference(paper_disk, reference):
 
 
 def test_save_counts_in_one_bucket_share_the_compiled_solve(paper_disk, reference):
-    """``rb.simulate`` compiles one solve per bucket of save counts (the next power of two,
-    at least 16; the padding repeats the last save time and is dropped): 9, 12 and 16 save
-    times run one program. Save times do not move the steps, so the states at the reference
-    times are the same numbers bit for bit, whatever other times are requested, and so is
-    the final state with 17 save times (the next bucket, 32)."""
-    assert [rb.solve.save_bucket(n) for n in (1, 9, 16, 17, 101)] == [16, 16, 16, 32, 128]
+    """``rb.simulate`` compiles one solve per bucket of save counts (at least 16, then four
+    per doubling, exact above 1024; the padding repeats the last save time and is dropped):
+    9, 12 and 16 save times run one program. Save times do not move the steps, so the
+    states at the reference times are the same numbers bit for bit, whatever other times
+    are requested, and so is the final state with 17 save times (the next bucket, 20)."""
+    buckets = [rb.solve.save_bucket(n) for n in (1, 9, 16, 17, 21, 101, 129, 401, 1024, 1025)]
+    assert buckets == [16, 16, 16, 20, 24, 112, 160, 448, 1024, 1025]
     ts9 = np.asarray(reference["disk"]["t_out"])
     ts12 = np.sort(np.concatenate([ts9, [0.7, 7.7, 17.7]]))
     run = lambda ts: rb.simulate(paper_disk, rb.PaperStep.disk(4), PAPER_DISK_X0, (0.0, 20.0), ts=ts,  # noqa: E731

@@ -125,7 +125,7 @@ SAVE_BUCKET_MAX = 1024
 def save_bucket(n: int) -> int:
     """The number of save times ``rb.simulate``'s compiled solve is built for, for ``n``
     requested ones. The number of save times is part of the compiled program's shape, so
-    each count used to compile its own program (~1 s). Counts are rounded up to
+    without buckets each count would compile its own program (~1 s). Counts are rounded up to
     ``SAVE_BUCKET_MIN`` (16), then to four buckets per doubling (17–20, 21–24, 25–28, 29–32,
     33–40, …, 897–1024: under 25 % more save times); the extra ones repeat the last save
     time and are dropped. Above ``SAVE_BUCKET_MAX`` (1024) the count is kept exactly: there

@@ -308,7 +308,7 @@ def _linearisation(model, control, t, x):
 
 @eqx.filter_jit
 def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
-    """``(P (G, M, M), gains (G, n, M), ok)`` of :func:`tvlqr` along the nominal spline
+    """``(gains (G, n, M), ok)`` of :func:`tvlqr` along the nominal spline
     ``(knots, xs, x_second)``: the linearisation, the Riccati solve (:func:`riccati`'s core,
     at its default tolerances) and ``K = R⁻¹ Bᵀ P`` in one program, compiled once per
     model/control structure, grid size, error kind and weight shape (closures built per
@@ -337,7 +337,7 @@ def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
                            RICCATI_MAX_STEPS)
     Bs = jax.vmap(lambda t, x: lin(t, x)[1])(knots, xs)  # (G, M, n)
     gains = jnp.linalg.solve(R, jnp.einsum("gNn,gNM->gnM", Bs, P))  # K = R⁻¹ Bᵀ P
-    return P, gains, ok
+    return gains, ok
 
 
 def tvlqr(
@@ -409,7 +409,7 @@ def tvlqr(
             raise ModelError("nominal times must increase strictly from t_span[0] to t_span[1]")
     x_second = _spline_second_derivatives(knots, xs)
     kj = jnp.asarray(knots)
-    _, gains, ok = _tvlqr_gains(model, control, kj, xs, x_second, Q, R, Qf, k)
+    gains, ok = _tvlqr_gains(model, control, kj, xs, x_second, Q, R, Qf, k)
     _raise_unless(ok)
     if u_max is not None:
         u_max = float(u_max)

@@ -51,6 +51,7 @@ def _segments(model, control, starts, seg_ts, solver, rtol, atol, max_steps, adj
 #: Nominal points per design sample interval for a feedback law (:meth:`MultipleShooting.feedback_nominal`).
 FEEDBACK_REFINE = 4
 
+
 class MultipleShooting(eqx.Module):
     """Multiple-shooting form of a :class:`DesignProblem` with ``n_segments`` segments.
 
@@ -198,7 +199,8 @@ class MultipleShooting(eqx.Module):
         that every ``FEEDBACK_REFINE``-th point is a design sample. The closed-loop
         verification of ``rollball_jax.design.report.run_experiment`` and the robustness
         experiment both use it, so they study the same controller (and share its compiled
-        Riccati solve). Returns ``(ts (S·4m + 1,), xs (·, N))``."""
+        Riccati solve). Returns ``(ts (S·4m + 1,), xs (·, N))``; raises ``SimulationError``
+        if a segment's solve fails."""
         return self.nominal(params, per_segment=FEEDBACK_REFINE * self.per_segment)
 
     def wrap(self, params: PyTree, ts: ArrayInput, xs: ArrayInput) -> Evaluation:

@@ -37,6 +37,7 @@ import numpy as np
 from jax import lax
 
 from . import _rk
+from ._executor import own_executor
 
 CHUNK = 16  # steps per rematerialised chunk
 GROUP = 16  # chunks per group (groups past the last step are skipped with one cond)
@@ -91,6 +92,11 @@ def solve(
     """
     solver = dfx.Dopri8() if solver is None else solver
     tab = _rk.Tableau.from_solver(solver)
+    # The field runs in its own (sequential) XLA:CPU executor, in the recording pass and in
+    # the replay's derivatives (see _executor). Measured (paper ball, 75-parameter reverse
+    # gradient, fresh processes alternating): 10.0-10.7 -> 8.3-9.5 ms.
+    plain_vf = vf
+    vf = lambda p, t, y: own_executor(lambda t_, y_: plain_vf(p, t_, y_))(t, y)
     save_ts = jnp.asarray(save_ts, dtype=jnp.float64)
     x0 = jnp.asarray(x0, dtype=jnp.float64)
 

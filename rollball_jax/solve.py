@@ -25,6 +25,7 @@ from ._typing import FloatInput, RealScalar, TimeSpan
 from . import checks
 from .controls import AbstractControl
 from ._dispatch import array_jit
+from ._executor import own_executor
 from ._results import CODES, describe, result_code
 from .errors import ModelError, SimulationError
 from .models import AbstractModel
@@ -45,7 +46,8 @@ def default_solver() -> dfx.AbstractSolver:
 
 
 def _term(model, control):
-    return dfx.ODETerm(lambda t, x, args: model.vector_field(t, x, control))
+    field = own_executor(lambda t, x: model.vector_field(t, x, control))
+    return dfx.ODETerm(lambda t, x, args: field(t, x))
 
 
 def stepsize_controller(control: AbstractControl, rtol, atol, pcoeff=0.0, icoeff=1.0, dcoeff=0.0):

@@ -26,6 +26,7 @@ from . import checks
 from .controls import AbstractControl
 from ._dispatch import array_jit
 from ._executor import own_executor
+from ._rejection_limit import RejectionLimit
 from ._results import CODES, describe, result_code
 from .errors import ModelError, SimulationError
 from .models import AbstractModel
@@ -51,12 +52,15 @@ def _term(model, control):
 
 
 def stepsize_controller(control: AbstractControl, rtol, atol, pcoeff=0.0, icoeff=1.0, dcoeff=0.0):
-    """PID controller wrapped so that steps land on the control's kink times (jump times)."""
+    """PID controller wrapped so that steps land on the control's kink times (jump times),
+    and so that the solve ends (``max_steps_rejected``) after
+    ``MAX_CONSECUTIVE_REJECTIONS`` (100) rejected steps in a row instead of spending
+    ``max_steps`` on them (see :mod:`rollball_jax._rejection_limit`)."""
     pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dcoeff=dcoeff)
     kinks = control.kink_times
-    if kinks is None or kinks.shape[0] == 0:
-        return pid
-    return dfx.ClipStepSizeController(pid, jump_ts=kinks)
+    if kinks is not None and kinks.shape[0] > 0:
+        pid = dfx.ClipStepSizeController(pid, jump_ts=kinks)
+    return RejectionLimit(pid)
 
 
 def integrate(

@@ -96,15 +96,52 @@ def test_vector_field_turning_non_finite_is_named_with_time_and_component():
     with the time and the state component, in simulate and as a batch member's cause."""
     bad = _ball_with_force(_nan_after, 2.0)
     with pytest.raises(SimulationError, match=r"vector field not finite at t = 2(\.0*\d*)?, in component 10 \('Omega1'\)") as info:
-        # max_steps: the rejected steps after t = 2 use them all (the default 100,000 took 2.2 s)
-        rb.simulate(bad, CTL, PAPER_BALL_X0, (0.0, 5.0), max_steps=5000)
+        rb.simulate(bad, CTL, PAPER_BALL_X0, (0.0, 5.0))
     assert info.value.cause == "non-finite vector field"
     assert abs(info.value.t_reached - 2.0) < 1e-6
     good = _ball_with_force(_nan_after, 100.0)
-    res = batch.simulate_batch([good, bad], CTL, np.stack([PAPER_BALL_X0] * 2), (0.0, 5.0), control_axis=None,
-                               max_steps=2000)
+    res = batch.simulate_batch([good, bad], CTL, np.stack([PAPER_BALL_X0] * 2), (0.0, 5.0), control_axis=None)
     assert res.status[0] == 0 and res.status[1] == batch.STATUS_NONFINITE_FIELD
     assert "vector field not finite at t = 2" in res.causes[1] and "Omega1" in res.causes[1]
+
+
+def test_rejected_steps_in_a_row_end_the_solve():
+    """Once the field is NaN (t > 2) every step is rejected: the solve ends after
+    ``MAX_CONSECUTIVE_REJECTIONS`` of them with diffrax's ``max_steps_rejected`` at t = 2,
+    instead of spending ``max_steps`` (it used to take all 100,000: 2.2 s). The same field
+    turning NaN only after t1 (t > 100) runs to the end with the same steps as without the
+    limit."""
+    import diffrax as dfx
+
+    from rollball_jax._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
+
+    ts = jnp.linspace(0.0, 5.0, 6)
+
+    def run(model, limit=True):
+        ctrl = rb.solve.stepsize_controller(CTL, jnp.asarray(1e-10), jnp.asarray(1e-10))
+        if not limit:
+            ctrl = ctrl.controller
+        sol = dfx.diffeqsolve(dfx.ODETerm(lambda t, y, args: model.vector_field(t, y, CTL)), dfx.Dopri8(),
+                              0.0, 5.0, None, jnp.asarray(PAPER_BALL_X0), saveat=dfx.SaveAt(ts=ts),
+                              stepsize_controller=ctrl, max_steps=20_000, throw=False)
+        return sol.ys, sol.result == dfx.RESULTS.max_steps_rejected, sol.stats, sol.ts
+
+    good = _ball_with_force(_nan_after, 100.0)
+    (ys_a, out_a, st_a, _), (ys_b, out_b, st_b, _) = jax.jit(run)(good), jax.jit(lambda m: run(m, False))(good)
+    assert not bool(out_a) and not bool(out_b)
+    np.testing.assert_array_equal(ys_a, ys_b)
+    assert int(st_a["num_rejected_steps"]) == int(st_b["num_rejected_steps"]) > 0
+    bad = _ball_with_force(_nan_after, 2.0)
+    ys, rejected_out, stats, _ = jax.jit(run)(bad)
+    assert bool(rejected_out)
+    # Measured 178 rejections: the steps close in on t = 2 from below (a rejected step
+    # across it, an accepted shorter one, 78 rejections in all), then 100 in a row.
+    n_rej = int(stats["num_rejected_steps"])
+    assert MAX_CONSECUTIVE_REJECTIONS <= n_rej <= 500, n_rej
+    np.testing.assert_array_equal(np.isfinite(np.asarray(ys)).all(axis=1), [True, True, True, False, False, False])
+    # without the limit the same solve spends all of max_steps
+    _, _, stats_b, _ = jax.jit(lambda m: run(m, False))(bad)
+    assert int(stats_b["num_steps"]) == 20_000
 
 
 def test_non_finite_field_at_start_fails_fast():

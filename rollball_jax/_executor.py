@@ -12,26 +12,28 @@ A Runge–Kutta loop always touches a large buffer: diffrax's Dopri8 keeps its 1
 So the vector field, evaluated inside those loops, ran its ~30 thunks in dataflow mode.
 Wrapped in a ``lax.cond`` (a conditional branch gets its own executor), the field only
 touches its own small buffers and runs sequentially. The predicate ``t == t`` is true for
-every time the solver passes (XLA cannot fold it: it is false for NaN), and a NaN time
-gives a NaN field, so nothing is hidden.
+every time the solver passes (XLA cannot fold it: it is false for NaN); a NaN time gives a
+NaN field. Only programs lowered for the CPU get the wrapper
+(``lax.platform_dependent``): a conditional on a GPU reads its predicate back to the host.
 
 Measured (2 cores, jax/jaxlib 0.10.2, paper examples over [0, 20], ``jax.jit`` of
-``rb.integrate``, median of 300 calls, three rounds): ball (tol 1e-10) 1.63-1.67 →
-1.29-1.33 ms, disk (tol 1e-12) 1.30-1.36 → 1.14-1.17 ms; accepted and rejected steps and
-states bit-identical; compile 1.06 → 0.87 s (ball). See ``benchmarks/README.md``.
-
-Only on the CPU backend: other backends get the field unwrapped (a conditional on a GPU
-reads its predicate back to the host).
-
-Under ``jax.vmap`` with per-member times the predicate is batched and JAX evaluates both
-branches and selects (the NaN branch is one fill): no gain there, and none lost.
+``rb.integrate``, median of 300 calls, three rounds in one process): ball (tol 1e-10)
+1.63-1.67 → 1.29-1.33 ms, disk (tol 1e-12) 1.30-1.36 → 1.14-1.17 ms; compile 1.06 →
+0.87 s (ball). Unbatched forward solves are bit-identical (states, accepted and rejected
+steps). Reverse-mode derivatives move by about an ulp (XLA fuses the program
+differently), and so do batched solves under ``jax.vmap`` (the predicate is batched; JAX
+evaluates both branches and selects). There the last bits of a step's error estimate can
+move a step, so batch results can change at the tolerance's level: 8 perturbed paper
+balls, tol 1e-10, ``jax.vmap`` of ``rb.integrate``: 2.6e-9 from the unwrapped batch, one
+member with one accepted step more; 9.5e-10 from the members' single solves (2.6e-9
+before). They also run faster: B = 16, median of 100 calls, two runs each, 14.7-14.8 →
+13.0-13.4 ms. ``docs/derivatives.md`` gives the benchmark runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -39,13 +41,14 @@ from jax import lax
 def own_executor(field: Callable) -> Callable:
     """A vector field ``field(t, y) -> ẏ`` (``ẏ`` of ``y``'s shape and dtype) wrapped so
     that XLA:CPU runs it in its own sequential executor (see the module docstring). Same
-    values, same derivatives (JAX differentiates through ``lax.cond``); a NaN ``t`` gives a
-    NaN ``ẏ``."""
+    values and derivatives up to rounding (JAX differentiates through ``lax.cond``); a NaN
+    ``t`` gives a NaN ``ẏ`` (and zero derivatives). On other platforms (chosen when the
+    program is lowered, ``lax.platform_dependent``) the field runs as it is."""
 
-    if jax.default_backend() != "cpu":
-        return field
+    def in_own_executor(t, y):
+        return lax.cond(t == t, lambda: field(t, y), lambda: jnp.full_like(y, jnp.nan))
 
     def wrapped(t, y):
-        return lax.cond(t == t, lambda: field(t, y), lambda: jnp.full_like(y, jnp.nan))
+        return lax.platform_dependent(t, y, cpu=in_own_executor, default=field)
 
     return wrapped

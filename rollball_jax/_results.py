@@ -12,7 +12,11 @@ diffrax releases.
 from __future__ import annotations
 
 import diffrax as dfx
+import equinox as eqx
+import jax
 import jax.numpy as jnp
+
+from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
 
 #: Result names, in code order (0 = successful).
 NAMES: tuple[str, ...] = (
@@ -47,7 +51,8 @@ MESSAGES: dict[str, str] = {
     "nonfinite": "non-finite (inf or nan) values during the solve",
     "dt_min_reached": "the minimum step size was reached",
     "event_occurred": "a terminating event occurred",
-    "max_steps_rejected": "the maximum number of consecutive rejected steps was reached",
+    "max_steps_rejected": (f"{MAX_CONSECUTIVE_REJECTIONS} steps in a row were rejected: the step size collapsed "
+                           "(a vector field that is not finite, or a blow-up, there)"),
     "internal_error": "an internal error in diffrax",
 }
 
@@ -73,3 +78,16 @@ def describe(code: int) -> str:
     n = name(code)
     message = MESSAGES.get(n, "")
     return f"{n}: {message}" if message else n
+
+
+def raise_if_failed(sol: dfx.Solution) -> dfx.Solution:
+    """``sol`` whose states raise, when the solve failed, the package's message for its result
+    (:func:`describe`) instead of diffrax's own ``throw=True`` text (which names settings
+    of diffrax that the package does not use). A runtime error through
+    ``equinox.branched_error_if``: it works under ``jit``, ``vmap`` and autodiff. A
+    terminating event (a mass leaving the shell) is not a failure."""
+    code = result_code(sol.result)
+    failed = (code != CODES["successful"]) & (code != CODES["event_occurred"])
+    msgs = [f"solve failed: {describe(c)}" for c in range(UNKNOWN + 1)]
+    ys = jax.tree.map(lambda y: eqx.branched_error_if(y, failed, code, msgs), sol.ys)
+    return eqx.tree_at(lambda s: s.ys, sol, ys)

@@ -54,6 +54,7 @@ from ._typing import FloatInput, RealScalar, TimeSpan
 
 from . import discrete_adjoint
 from ._dispatch import float64_arg
+from ._results import raise_if_failed
 from .errors import ModelError, concrete
 from .solve import DEFAULT_ATOL, DEFAULT_RTOL, default_solver, stepsize_controller
 
@@ -133,9 +134,9 @@ def trajectory(
             term, default_solver() if solver is None else solver, ts[0], ts[-1], None,
             jnp.asarray(x0, dtype=jnp.float64), args=(model, control), saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
-            max_steps=max_steps, adjoint=adj,
+            max_steps=max_steps, adjoint=adj, throw=False,
         )
-        return sol.ys
+        return raise_if_failed(sol).ys
     f64 = float64_arg  # arrays: traced, not hashed, by filter_jit
     return _discrete_trajectory(model, control, f64(x0), f64(ts), solver, f64(rtol), f64(atol), int(max_steps),
                                 None if dtmax is None else f64(dtmax), bool(tangent_control), bool(throw), bool(dense))

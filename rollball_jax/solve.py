@@ -27,7 +27,7 @@ from .controls import AbstractControl
 from ._dispatch import array_jit
 from ._executor import own_executor
 from ._rejection_limit import RejectionLimit
-from ._results import CODES, describe, result_code
+from ._results import CODES, describe, raise_if_failed, result_code
 from .errors import ModelError, SimulationError
 from .models import AbstractModel
 
@@ -86,7 +86,8 @@ def integrate(
     ``jax.grad``. ``ts`` ``(T,)`` are the save times (``t0``/``t1`` default to the
     first/last of them). The solution's ``result`` tells success; failed members carry
     ``inf`` after the failure time, unless ``throw=True`` (then a failed solve raises a
-    runtime error, also under ``jit``). ``solver`` default ``Dopri8``; ``adjoint``
+    runtime error, also under ``jit``, with the package's message for the result, e.g.
+    ``max_steps_reached`` or ``max_steps_rejected``). ``solver`` default ``Dopri8``; ``adjoint``
     default diffrax's ``RecursiveCheckpointAdjoint``. ``sol.ys`` is the pair
     ``(states at ts (T, N), state at t1 (1, N))``. ``event``: a ``diffrax.Event`` that
     ends the solve (``simulate`` passes one that stops when a mass leaves the shell).
@@ -98,7 +99,7 @@ def integrate(
     kwargs = {} if adjoint is None else {"adjoint": adjoint}
     if event is not None:
         kwargs["event"] = event
-    return dfx.diffeqsolve(
+    sol = dfx.diffeqsolve(
         _term(model, control),
         solver,
         t0,
@@ -108,9 +109,10 @@ def integrate(
         saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)]),
         stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
         max_steps=max_steps,
-        throw=throw,
+        throw=False,
         **kwargs,
     )
+    return raise_if_failed(sol) if throw else sol
 
 
 #: Adjoint of the solves that are never differentiated (``simulate``, ``simulate_batch``:

@@ -142,6 +142,10 @@ def test_rejected_steps_in_a_row_end_the_solve():
     # without the limit the same solve spends all of max_steps
     _, _, stats_b, _ = jax.jit(lambda m: run(m, False))(bad)
     assert int(stats_b["num_steps"]) == 20_000
+    # throw=True raises the package's message for it (not diffrax's, which names a setting
+    # of its ClipStepSizeController that the package does not use)
+    with pytest.raises(Exception, match=r"solve failed: max_steps_rejected: 100 steps in a row were rejected"):
+        jax.block_until_ready(rb.integrate(bad, CTL, PAPER_BALL_X0, ts, throw=True).ys)
 
 
 def test_non_finite_field_at_start_fails_fast():

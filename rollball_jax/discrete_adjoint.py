@@ -105,7 +105,8 @@ def solve(
     # The recording pass runs the field in its own (sequential) XLA:CPU executor (see
     # _executor); the replay, which is differentiated, does not: wrapping it there too made
     # the reverse gradient ~3 % faster but its compile ~7 % longer (paper ball, fresh
-    # processes alternating). Recording pass 2.97-3.28 -> 2.06-2.19 ms.
+    # processes alternating). Recording pass 2.89-3.02 -> 1.99-2.06 ms, reverse gradient
+    # 11.3-11.4 -> 10.3-10.6 ms (docs/derivatives.md).
     record, _, t_end, ok, _stats = _rk.adaptive_solve(
         tab, own_executor(lambda t, y: vf(p_sg, t, y)), t0, t1, x0_sg, rtol=rtol, atol=atol, jump_ts=kinks,
         max_steps=max_steps, dt0=dt0, dtmax=dtmax, save_ts=lax.stop_gradient(save_ts), chunk=CHUNK,

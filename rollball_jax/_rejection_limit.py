@@ -20,12 +20,16 @@ and without the limit). Measured margin: the longest run of rejections in the
 paper examples at tolerances 1e-10 to 1e-15, with Dopri8, Tsit5 and Kvaerno5, is 1; with
 a control jump not declared as a kink time, 13.
 
-Scope: every diffrax solve of the package (``stepsize_controller``: ``rb.integrate``,
-``rb.simulate``, batch strategy ``Adaptive``, ``adjoint="backsolve"``). The package's own
-step-size loops do not count rejections yet: the discrete adjoint's recording pass
-(``_rk.adaptive_solve``, default ``max_steps`` 4096) and the batch group loops
-(``Lockstep``, ``Shared``, ``Fixed``) still spend ``max_steps`` and report
-``max_steps_reached`` for the same member.
+Scope: every solve of the package. Diffrax solves through this controller
+(``stepsize_controller``: ``rb.integrate``, ``rb.simulate``, batch strategy ``Adaptive``,
+``adjoint="backsolve"``); the package's own step-size loops count the same rejections
+themselves: the discrete adjoint's recording pass (``_rk.adaptive_solve``; the derivative
+outputs then raise "100 steps in a row were rejected" instead of naming ``max_steps``,
+0.09 → 0.01 s for the NaN force above) and the batch group loops (``Lockstep`` per
+member, ``Shared`` per group: status ``max_steps_rejected``; an 8-member batch with one
+such member 6.0 → 0.03 s per call, measured). Solves that do not hit the limit are
+unchanged bit for bit (batch results of all four strategies and the discrete adjoint's
+value and gradient, compared with the previous code in fresh processes).
 """
 
 from __future__ import annotations

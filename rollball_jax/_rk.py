@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
 from .errors import ModelError
 
 SAFETY = 0.9
@@ -306,7 +307,10 @@ def adaptive_solve(
     (:func:`interpolate_saves`).
 
     Returns ``(record, y_end, t_end, ok, stats)``; ``ok`` is False if ``max_steps``
-    (accepted + rejected) ran out before ``t1``.
+    (accepted + rejected) ran out before ``t1``, or if ``MAX_CONSECUTIVE_REJECTIONS``
+    steps in a row were rejected (``stats["rejected_in_a_row"]`` then reaches it; see
+    :mod:`rollball_jax._rejection_limit`): the solve ends there instead of spending
+    ``max_steps`` on a step size that collapses (a field that turned non-finite).
     """
     y0 = jnp.asarray(y0)
     N = y0.shape[0]
@@ -435,11 +439,11 @@ def adaptive_solve(
     # (dense: every save, t0's included, is then rewritten by the step that contains it)
     state0 = dict(
         tprev=jnp.asarray(t0, dtype), tnext=tnext, z=z0, fz=fz0, made_jump=jnp.asarray(rolled),
-        n_steps=jnp.asarray(0, jnp.int32), n_acc=jnp.asarray(0, jnp.int32), rec=rec0,
+        n_steps=jnp.asarray(0, jnp.int32), n_acc=jnp.asarray(0, jnp.int32), run=jnp.asarray(0, jnp.int32), rec=rec0,
     )
 
     def cond(s):
-        return (s["tprev"] < t1) & (s["n_steps"] < K)
+        return (s["tprev"] < t1) & (s["n_steps"] < K) & (s["run"] < MAX_CONSECUTIVE_REJECTIONS)
 
     def body(s):
         ta, tb, z = s["tprev"], s["tnext"], s["z"]
@@ -516,6 +520,7 @@ def adaptive_solve(
             made_jump=jnp.where(keep, jumped, s["made_jump"]),
             n_steps=s["n_steps"] + 1,
             n_acc=n + keep.astype(jnp.int32),
+            run=jnp.where(keep, 0, s["run"] + 1),  # rejected steps in a row
             rec=rec,
         )
 
@@ -531,5 +536,6 @@ def adaptive_solve(
         t_start=rec["t_start"], t_end=rec["t_end"], save_index=rec["save_index"], chunk_states=chunk_states,
         num_accepted=n_acc, saves=rec["saves"], save_chunk=rec["save_chunk"], save_step=rec["save_step"],
     )
-    stats = dict(num_steps=s["n_steps"], num_accepted_steps=n_acc, num_rejected_steps=s["n_steps"] - n_acc)
+    stats = dict(num_steps=s["n_steps"], num_accepted_steps=n_acc, num_rejected_steps=s["n_steps"] - n_acc,
+                 rejected_in_a_row=s["run"])
     return record, y_end, s["tprev"], ok, stats

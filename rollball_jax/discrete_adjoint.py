@@ -76,8 +76,11 @@ def solve(
     ends, not interpolated). ``kink_times`` ``(m,)`` are jump times (steps end just before and
     restart just after them); they and the save times get zero derivative. A solve that
     does not reach ``t1`` within ``max_steps`` steps (accepted + rejected) raises at run
-    time, naming ``max_steps`` (with ``throw=False`` it returns ``inf`` states instead,
-    e.g. for an optimiser that must reject the trial point). ``solver``: an explicit Runge–Kutta solver of diffrax
+    time, naming ``max_steps``; one whose steps are rejected
+    ``MAX_CONSECUTIVE_REJECTIONS`` (100) times in a row ends there and raises saying so
+    (a field that turned non-finite: it does not spend ``max_steps`` first). With
+    ``throw=False`` either returns ``inf`` states instead, e.g. for an optimiser that must
+    reject the trial point. ``solver``: an explicit Runge–Kutta solver of diffrax
     (default ``Dopri8``); others raise :class:`~rollball_jax.errors.ModelError`.
 
     ``dense=True``: the save times are not step stops (only ``t1`` is); the state at each
@@ -107,7 +110,7 @@ def solve(
     # the reverse gradient ~3 % faster but its compile ~7 % longer (paper ball, fresh
     # processes alternating). Recording pass 2.89-3.02 -> 1.99-2.06 ms, reverse gradient
     # 11.3-11.4 -> 10.3-10.6 ms (docs/derivatives.md).
-    record, _, t_end, ok, _stats = _rk.adaptive_solve(
+    record, _, t_end, ok, stats = _rk.adaptive_solve(
         tab, own_executor(lambda t, y: vf(p_sg, t, y)), t0, t1, x0_sg, rtol=rtol, atol=atol, jump_ts=kinks,
         max_steps=max_steps, dt0=dt0, dtmax=dtmax, save_ts=lax.stop_gradient(save_ts), chunk=CHUNK,
         probe_v0=jnp.asarray(_probe_direction(n)) if tangent_control else None, dense=dense,
@@ -197,8 +200,14 @@ def solve(
     missed = jnp.any(record.save_chunk == -2) & ok
     if not throw:
         return jnp.where(ok & ~missed, S, jnp.inf)
+    collapsed = stats["rejected_in_a_row"] >= _rk.MAX_CONSECUTIVE_REJECTIONS
     S = eqx.error_if(
-        S, ~ok,
+        S, ~ok & collapsed,
+        f"solve failed before t1: {_rk.MAX_CONSECUTIVE_REJECTIONS} steps in a row were rejected, the step size "
+        "collapsed (a vector field that is not finite there, or a blow-up); rb.simulate names the time and component",
+    )
+    S = eqx.error_if(
+        S, ~ok & ~collapsed,
         f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
         "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
     )

@@ -148,6 +148,40 @@ def test_rejected_steps_in_a_row_end_the_solve():
         jax.block_until_ready(rb.integrate(bad, CTL, PAPER_BALL_X0, ts, throw=True).ys)
 
 
+def test_batch_group_loops_end_a_member_whose_steps_keep_being_rejected():
+    """The package's own group loops stop a member (``Lockstep``) or a group (``Shared``)
+    after ``MAX_CONSECUTIVE_REJECTIONS`` rejected steps in a row, as diffrax solves do:
+    a force that is NaN after t = 2 used to spend all of ``max_steps`` (100,000 steps,
+    ~6 s per call of an 8-member batch, measured) and end as ``max_steps_reached``. The
+    other members' results are unchanged, bit for bit."""
+    from rollball_jax._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
+
+    good, bad = _ball_with_force(_nan_after, 100.0), _ball_with_force(_nan_after, 2.0)
+    x0 = np.stack([PAPER_BALL_X0] * 8)
+    run = lambda models, strategy: batch.simulate_batch(models, CTL, x0, (0.0, 5.0), control_axis=None,
+                                                        strategy=strategy, ts=np.linspace(0.0, 5.0, 6))
+    ref = run([good] * 8, "lockstep")
+    res = run([good] * 7 + [bad], "lockstep")
+    assert np.all(ref.status == 0) and np.all(res.status[:7] == 0)
+    np.testing.assert_array_equal(res.ys[:7], ref.ys[:7])
+    np.testing.assert_array_equal(res.num_steps[:7], ref.num_steps[:7])
+    # the member's own loop ended on the rejections; the check after the solve names the field
+    assert res.status[7] == batch.STATUS_NONFINITE_FIELD and "t = 2" in res.causes[7]
+    # measured: 215 steps, 100+ rejections (78 closing in on t = 2, then 100 in a row)
+    assert MAX_CONSECUTIVE_REJECTIONS <= res.num_rejected_steps[7] <= 500 and res.num_steps[7] <= 1000
+    np.testing.assert_array_equal(np.isfinite(res.ys[7]).all(axis=1), [True, True, True, False, False, False])
+    # Shared, not refined: the whole group stops; its healthy members say why they stopped
+    sh = run([good] * 7 + [bad], batch.Shared(refine=False))
+    assert sh.status[7] == batch.STATUS_NONFINITE_FIELD
+    assert np.all(sh.status[:7] == batch.STATUS_MAX_STEPS_REJECTED)
+    assert batch.status_name(batch.STATUS_MAX_STEPS_REJECTED) == "max_steps_rejected"
+    assert np.all(sh.num_rejected_steps >= MAX_CONSECUTIVE_REJECTIONS) and np.all(sh.num_steps <= 1000)
+    # the discrete adjoint's recording pass (derivative outputs) stops the same way and says so
+    with pytest.raises(Exception, match="100 steps in a row were rejected"):
+        jax.block_until_ready(rb.final_gc(bad, CTL, PAPER_BALL_X0, (0.0, 5.0)))
+    assert np.all(np.isinf(np.asarray(rb.trajectory(bad, CTL, PAPER_BALL_X0, jnp.array([0.0, 5.0]), throw=False))))
+
+
 def test_non_finite_field_at_start_fails_fast():
     """A NaN reaching the field through a parameter changed after construction (tree_at):
     refused at t0 without spending max_steps."""

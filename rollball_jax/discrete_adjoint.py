@@ -38,6 +38,8 @@ from jax import lax
 
 from . import _rk
 from ._executor import own_executor
+from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
+from ._results import MESSAGES
 
 CHUNK = 16  # steps per rematerialised chunk
 GROUP = 16  # chunks per group (groups past the last step are skipped with one cond)
@@ -200,11 +202,10 @@ def solve(
     missed = jnp.any(record.save_chunk == -2) & ok
     if not throw:
         return jnp.where(ok & ~missed, S, jnp.inf)
-    collapsed = stats["rejected_in_a_row"] >= _rk.MAX_CONSECUTIVE_REJECTIONS
+    collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
     S = eqx.error_if(
         S, ~ok & collapsed,
-        f"solve failed before t1: {_rk.MAX_CONSECUTIVE_REJECTIONS} steps in a row were rejected, the step size "
-        "collapsed (a vector field that is not finite there, or a blow-up); rb.simulate names the time and component",
+        f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
     )
     S = eqx.error_if(
         S, ~ok & ~collapsed,

@@ -47,12 +47,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._rejection_limit import RejectionLimit
 from .._typing import ArrayInput, FloatInput, RealScalar, TimeSpan
 
 from ..controls import AbstractControl, ConstantControl, _natural_spline_operator
 from ..errors import ModelError, SimulationError
 from ..geometry import quat_conjugate, quat_multiply
-from .._rejection_limit import RejectionLimit
 from ..models import AbstractModel
 from ..rails import CircleRail, EllipseRail, FigureEightRail
 

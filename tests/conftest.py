@@ -18,6 +18,7 @@ import rollball_jax as rb
 # the whole suite (2 workers, 2 cores): 64 s collecting (88 full collections) at the
 # defaults, 24 s (21) at these; peak RSS 3.70 and 3.71 GB.
 gc.set_threshold(50_000, 20, 20)
+
 # Reference solutions of the paper examples (facts, shipped with the tests).
 REFERENCE = Path(__file__).resolve().parent / "data" / "paper_examples.json"
 

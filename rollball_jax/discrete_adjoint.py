@@ -202,20 +202,17 @@ def solve(
     missed = jnp.any(record.save_chunk == -2) & ok
     if not throw:
         return jnp.where(ok & ~missed, S, jnp.inf)
+    # One check, three causes (exclusive: ``missed`` requires ``ok``).
     collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
-    S = eqx.error_if(
-        S, ~ok & collapsed,
-        f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
-    )
-    S = eqx.error_if(
-        S, ~ok & ~collapsed,
-        f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
-        "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
-    )
-    S = eqx.error_if(
-        S, missed,
-        "a save time was passed over by the step sequence (two save times within a few ulps of "
-        "each other or of a kink time of the control?): space the save times apart",
+    S = eqx.branched_error_if(
+        S, ~ok | missed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),
+        [
+            f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
+            f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
+            "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
+            "a save time was passed over by the step sequence (two save times within a few ulps of "
+            "each other or of a kink time of the control?): space the save times apart",
+        ],
     )
     return S
 

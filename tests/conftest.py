@@ -14,9 +14,10 @@ import rollball_jax as rb
 # Python's cyclic garbage collector at its default thresholds (700, 10, 10) makes a full
 # collection whenever the long-lived objects have grown by a quarter; in a test process
 # that keeps JAX's caches of traced and compiled programs each one scans millions of
-# objects (~0.6 s). Rarer collections, same memory. Measured with a gc.callbacks probe on
-# the whole suite (2 workers, 2 cores): 64 s collecting (88 full collections) at the
-# defaults, 24 s (21) at these; peak RSS 3.70 and 3.71 GB.
+# objects (0.6-0.7 s). Rarer collections, same memory. Measured with a gc.callbacks probe
+# on the whole suite (2 workers, 2 cores; the workers' time): 64 s collecting (88 full
+# collections) at the defaults, 19-23 s (17-21) at these in two runs; peak RSS 3.70 and
+# 3.71 GB.
 gc.set_threshold(50_000, 20, 20)
 
 # Reference solutions of the paper examples (facts, shipped with the tests).

@@ -21,10 +21,22 @@ Because no step is re-decided under differentiation, forward mode, reverse mode 
 nesting of them (``jax.hessian``, Hessian-vector products, ``jacrev∘jacrev``) give the
 exact derivative of the recorded discrete map, at any horizon.
 
+3. **Reverse mode** (step-stop saves): the replay is a primitive
+   (``jax.experimental.hijax.VJPHiPrimitive``, :class:`_Replay`) whose reverse rule is
+   the hand-written sweep of :mod:`rollball_jax._reverse_sweep` (the transpose of the
+   replay's tangent map, over the steps actually taken, each stage's field VJP in its own
+   sequential XLA:CPU executor): the same derivative as JAX's transpose of the replay, to
+   rounding, at ~60 % of its time and compile (paper ball, 75 parameters:
+   ``docs/derivatives.md``). Forward mode and every derivative of the sweep itself
+   (second order) still go through the replay's chunk rule, so every nesting above keeps
+   working. With ``dense=True`` the replay is not wrapped: reverse mode is JAX's
+   transpose of the dense replay.
+
 Memory: about ``3·K`` numbers for a solve of ``K`` (accepted) steps, plus one state
-``(N,)`` per chunk of 16 steps, plus the rematerialised chunk in the backward pass. The
-buffers are sized by ``max_steps`` (a static bound): a solve that needs more steps
-raises an error naming ``max_steps``.
+``(N,)`` per chunk of 16 steps, plus, in the backward pass, one chunk's stage inputs
+(``16·S·N`` numbers: 25 KB for the paper ball's Dopri8). The buffers are sized by
+``max_steps`` (a static bound): a solve that needs more steps raises an error naming
+``max_steps``.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import hijax as hx
 
 from . import _rk
 from ._executor import own_executor
@@ -118,10 +131,40 @@ def solve(
         probe_v0=jnp.asarray(_probe_direction(n)) if tangent_control else None, dense=dense,
     )
     record = lax.stop_gradient(record)
-    n_acc = record.num_accepted
-    T = save_ts.shape[0]
 
     # ---- 2. replay (differentiated) ----------------------------------------------------
+    if dense:  # dense output: JAX's transpose of the replay in reverse mode
+        S = _replay(vf, tab, True, int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
+    else:  # step stops: the hand-written reverse sweep in reverse mode (_reverse_sweep)
+        S = _replay_primitive(vf, tab, int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
+
+    # Every save time must have been a step end (-2: never written); a guard against a save
+    # time that the step sequence passed over, which would otherwise read as zeros.
+    missed = jnp.any(record.save_chunk == -2) & ok
+    if not throw:
+        return jnp.where(ok & ~missed, S, jnp.inf)
+    # One check, three causes (exclusive: ``missed`` requires ``ok``).
+    collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
+    S = eqx.branched_error_if(
+        S, ~ok | missed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),
+        [
+            f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
+            f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
+            "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
+            "a save time was passed over by the step sequence (two save times within a few ulps of "
+            "each other or of a kink time of the control?): space the save times apart",
+        ],
+    )
+    return S
+
+
+def _replay(vf, tab: _rk.Tableau, dense: bool, max_steps: int, params, x0, record: _rk.Record, save_ts):
+    """States at the save times ``(T, N)`` of the replay of ``record``'s steps from ``x0``
+    with parameters ``params``: the differentiable part of :func:`solve` (primal values
+    looked up from the record; derivatives of any order by each chunk's tangent rule)."""
+    n = x0.shape[0]
+    n_acc = record.num_accepted
+    T = save_ts.shape[0]
     n_chunks = -(-int(max_steps) // CHUNK)
     n_groups = -(-n_chunks // GROUP)
     pad = n_groups * GROUP * CHUNK - int(max_steps)
@@ -196,25 +239,126 @@ def solve(
         return lax.cond(g * GROUP * CHUNK < n_acc, lambda a: lax.scan(chunk_step, a, (st, cs, x_rec))[0], lambda a: a, carry), None
 
     S0 = jnp.where((record.save_chunk == -1)[:, None], x0[None, :], jnp.zeros((T, n), x0.dtype))
-    (x_end, S), _ = lax.scan(group_step, (x0, S0), (steps, jnp.arange(n_groups), x_next))
-    # Every save time must have been a step end (-2: never written); a guard against a save
-    # time that the step sequence passed over, which would otherwise read as zeros.
-    missed = jnp.any(record.save_chunk == -2) & ok
-    if not throw:
-        return jnp.where(ok & ~missed, S, jnp.inf)
-    # One check, three causes (exclusive: ``missed`` requires ``ok``).
-    collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
-    S = eqx.branched_error_if(
-        S, ~ok | missed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),
-        [
-            f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
-            f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
-            "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
-            "a save time was passed over by the step sequence (two save times within a few ulps of "
-            "each other or of a kink time of the control?): space the save times apart",
-        ],
-    )
+    (_, S), _ = lax.scan(group_step, (x0, S0), (steps, jnp.arange(n_groups), x_next))
     return S
+
+
+# ======================================================================================
+# The step-stop replay as a primitive: JAX's rules for every derivative but the first
+# reverse one, the hand-written reverse sweep for that.
+# ======================================================================================
+
+
+class _Static:
+    """Hashable holder of a primitive's static data, compared by identity of the vector
+    field (a new closure per trace) and by value for the rest."""
+
+    def __init__(self, vf, tab, max_steps):
+        self.vf, self.tab, self.max_steps = vf, tab, max_steps
+
+    def __hash__(self):
+        return hash((id(self.vf), self.tab, self.max_steps))
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and (self.vf is other.vf and self.tab == other.tab
+                                               and self.max_steps == other.max_steps)
+
+
+def _instantiate(tangent, primal):
+    """``tangent`` (a pytree like ``primal`` whose leaves may be symbolic zeros) with its
+    zeros made arrays."""
+    return jax.tree.map(lambda t, p: jnp.zeros_like(p) if isinstance(t, hx.Zero) else t, tangent, primal,
+                        is_leaf=lambda t: isinstance(t, hx.Zero))
+
+
+def _batched_out(axis_data, in_dims, out_aval):
+    """Every output is batched along axis 0 (the primitives' outputs depend on all inputs)."""
+    del axis_data, in_dims
+    return jax.tree.map(lambda _: 0, out_aval)
+
+
+class _Replay(hx.VJPHiPrimitive):
+    """``S = replay(params, x0; record, save_ts)`` ``(T, N)`` (step-stop saves). Value,
+    forward mode and every higher order: :func:`_replay` (custom-JVP chunks). Reverse mode:
+    :class:`_ReplayVJP`, whose value is the hand-written sweep of :mod:`._reverse_sweep`."""
+
+    def __init__(self, static, params, x0, record, save_ts):
+        self.in_avals = jax.tree.map(jax.typeof, (params, x0, record, save_ts))
+        self.out_aval = jax.typeof(jnp.zeros((save_ts.shape[0], x0.shape[0]), x0.dtype))
+        self.params = dict(static=static)
+        super().__init__()
+
+    def _fn(self, record, save_ts):
+        st = self.static
+        return lambda p, x: _replay(st.vf, st.tab, False, st.max_steps, p, x, record, save_ts)
+
+    def expand(self, params, x0, record, save_ts):
+        return self._fn(record, save_ts)(params, x0)
+
+    def jvp(self, primals, tangents):
+        params, x0, record, save_ts = primals
+        tp, tx = _instantiate(tangents[0], params), _instantiate(tangents[1], x0)
+        return jax.jvp(self._fn(record, save_ts), (params, x0), (tp, tx))
+
+    def vjp_fwd(self, nzs_in, params, x0, record, save_ts):
+        return self(params, x0, record, save_ts), (params, x0, record, save_ts)
+
+    def vjp_bwd_retval(self, res, ct):
+        params, x0, record, save_ts = res
+        ct = _instantiate(ct, jnp.zeros(self.out_aval.shape, self.out_aval.dtype))
+        p_bar, x_bar = _ReplayVJP(self.static, params, x0, record, save_ts, ct)(params, x0, record, save_ts, ct)
+        return p_bar, x_bar, jax.tree.map(jnp.zeros_like, record), jnp.zeros_like(save_ts)
+
+    def batch_dim_rule(self, axis_data, in_dims):
+        return _batched_out(axis_data, in_dims, self.out_aval)
+
+
+class _ReplayVJP(hx.VJPHiPrimitive):
+    """``(p̄, x̄0)`` of the replay for the cotangent ``ct`` ``(T, N)`` of its saves. Value:
+    :func:`._reverse_sweep.reverse_sweep`. Its own derivatives (``jax.hessian`` is forward
+    over reverse; ``jacrev∘jacrev``) are those of JAX's transpose of :func:`_replay`, whose
+    loops have static length: the same numbers to rounding, at the cost of that route."""
+
+    def __init__(self, static, params, x0, record, save_ts, ct):
+        self.in_avals = jax.tree.map(jax.typeof, (params, x0, record, save_ts, ct))
+        self.out_aval = jax.tree.map(jax.typeof, (params, x0))
+        self.params = dict(static=static)
+        super().__init__()
+
+    def _transpose(self, record, save_ts):
+        st = self.static
+
+        def vjp(p, x, ct):
+            return jax.vjp(lambda p_, x_: _replay(st.vf, st.tab, False, st.max_steps, p_, x_, record, save_ts), p, x)[1](ct)
+
+        return vjp
+
+    def expand(self, params, x0, record, save_ts, ct):
+        from ._reverse_sweep import reverse_sweep
+
+        return reverse_sweep(self.static.tab, self.static.vf, params, record, ct, CHUNK)
+
+    def jvp(self, primals, tangents):
+        params, x0, record, save_ts, ct = primals
+        tan = (_instantiate(tangents[0], params), _instantiate(tangents[1], x0), _instantiate(tangents[4], ct))
+        return jax.jvp(self._transpose(record, save_ts), (params, x0, ct), tan)
+
+    def vjp_fwd(self, nzs_in, params, x0, record, save_ts, ct):
+        return self(params, x0, record, save_ts, ct), (params, x0, record, save_ts, ct)
+
+    def vjp_bwd_retval(self, res, g):
+        params, x0, record, save_ts, ct = res
+        g = (_instantiate(g[0], params), _instantiate(g[1], x0))
+        gp, gx, gct = jax.vjp(self._transpose(record, save_ts), params, x0, ct)[1](g)
+        return gp, gx, jax.tree.map(jnp.zeros_like, record), jnp.zeros_like(save_ts), gct
+
+    def batch_dim_rule(self, axis_data, in_dims):
+        return _batched_out(axis_data, in_dims, self.out_aval)
+
+
+def _replay_primitive(vf, tab, max_steps, params, x0, record, save_ts):
+    """:func:`_replay` (step stops) with the reverse sweep as its reverse-mode rule."""
+    return _Replay(_Static(vf, tab, max_steps), params, x0, record, save_ts)(params, x0, record, save_ts)
 
 
 def model_field(model, control):

@@ -22,8 +22,9 @@ evaluates each stage's VJP of the field in its own sequential executor
 vector (one addition per stage instead of one per parameter leaf).
 
 A save time that a step ends on adds its cotangent to ``λ`` there; a save at ``t0``
-adds to ``x̄_0``. Dense saves (interpolated) are not handled here: the dense replay keeps
-JAX's transpose.
+adds to ``x̄_0``. A dense save (the solver's interpolant on the step that contains it,
+linear in the step's start state, end state and stages) adds the transpose of the
+interpolant applied to its cotangent to those three.
 
 The sweep is a value, not a differentiable program: its own derivatives (second order,
 e.g. ``jax.hessian`` = forward over reverse) are taken of JAX's transpose of the replay
@@ -42,15 +43,20 @@ from . import _rk
 from ._executor import own_executor
 
 
-def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, chunk: int):
+def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, chunk: int, dense: bool = False,
+                  save_ts=None):
     """``(p̄, x̄0)``: the cotangents of ``params`` (same pytree) and of the initial state
     ``(N,)`` for the cotangent ``ct_saves`` ``(T, N)`` of the replay's save states, over the
-    steps of ``record`` (step-stop saves; ``chunk`` as recorded).
+    steps of ``record`` (``chunk`` as recorded).
 
-    ``vf(params, t, y) -> ẏ``; the tableau's stage sums and stage times are those of
-    :func:`rollball_jax._rk.rk_step_rolled` (the replay's step), so the linearisation points
-    are the replay's to rounding."""
-    S = _rk.solution_stages(tab)
+    ``vf(params, t, y) -> ẏ``; the tableau's stage sums and stage times are those of the
+    replay's step (:func:`rollball_jax._rk.rk_step_rolled`; with ``dense``,
+    :func:`rollball_jax._rk.rk_stages`, all stages), so the linearisation points are the
+    replay's to rounding. ``dense``: the saves are the dense output
+    (:func:`rollball_jax._rk.interpolate_saves` at ``save_ts`` ``(T,)``) of the step that
+    contains them (``record.save_step``); its cotangent enters that step's stages, start
+    and end state (the interpolant is linear in them)."""
+    S = len(tab.b_sol) if dense else _rk.solution_stages(tab)
     _, A_full, C_full = _rk.stage_matrices(tab)
     A, C = jnp.asarray(A_full[:S, :S]), jnp.asarray(C_full[:S])
     B = jnp.asarray(tab.b_sol[:S])
@@ -90,20 +96,29 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
                     lax.dynamic_update_index_in_dim(Y, yi, i, 0))
 
         K, Y = lax.fori_loop(0, S, stage, (jnp.zeros((S, n), dtype), jnp.zeros((S, n), dtype)))
-        return x + _rk._weighted_sum(B, K), Y
+        return x + _rk._weighted_sum(B, K), Y, K
 
-    def step_adjoint(ta, tb, Y, lam, pbar):
+    def step_adjoint(ta, tb, Y, lam, pbar, kbar_extra):
+        """``(x̄_n, p̄)`` from ``λ`` (cotangent of the step's end state) and the stages' own
+        cotangents ``kbar_extra`` ``(S, N)`` (dense saves; ``None``: none)."""
         h = tb - ta
 
         def stage(k, carry):
             i = S - 1 - k
             acc, xbar, pbar = carry  # acc[i] = Σ_{j>i} A_ji Ȳ_j
             ti = jnp.where(C[i] == 1.0, tb, ta + C[i] * h)
-            ybar, pb = vjp_field(pflat, ti, Y[i], h * (B[i] * lam + acc[i]))
+            kbar = B[i] * lam + acc[i] if kbar_extra is None else B[i] * lam + acc[i] + kbar_extra[i]
+            ybar, pb = vjp_field(pflat, ti, Y[i], h * kbar)
             return acc + A[i][:, None] * ybar[None, :], xbar + ybar, pbar + pb
 
         _, xbar, pbar = lax.fori_loop(0, S, stage, (jnp.zeros((S, n), dtype), lam, pbar))
         return xbar, pbar
+
+    def dense_cotangents(ta, tb, x, x1, K, n_step):
+        """Cotangents of (start state, end state, stages) from the saves step ``n_step`` holds."""
+        ct = jnp.where((record.save_step == n_step)[:, None], ct_saves, 0.0)
+        _, pull = jax.vjp(lambda a, b, k: _rk.interpolate_saves(tab, ta, tb, a, b, k, save_ts), x, x1, K)
+        return pull(ct)
 
     def save_cotangent(j):
         return jnp.where(j >= 0, ct_saves[jnp.clip(j, 0, T - 1)], jnp.zeros((n,), dtype))
@@ -115,23 +130,34 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
         ta_c, tb_c, j_c = (lax.dynamic_slice_in_dim(a, base, chunk) for a in steps)
 
         def forward(k, fc):
-            x, Ys = fc
-            x1, Y = stage_inputs(ta_c[k], tb_c[k], x)
-            return x1, lax.dynamic_update_index_in_dim(Ys, Y, k, 0)
+            x, Ys, Ks, Xs = fc
+            x1, Y, K = stage_inputs(ta_c[k], tb_c[k], x)
+            upd = lax.dynamic_update_index_in_dim
+            return (x1, upd(Ys, Y, k, 0), upd(Ks, K, k, 0) if dense else Ks,
+                    upd(Xs, x1, k + 1, 0) if dense else Xs)
 
-        _, Ys = lax.fori_loop(0, m, forward, (record.chunk_states[c], jnp.zeros((chunk, S, n), dtype)))
+        x_c = record.chunk_states[c]
+        Xs0 = jnp.zeros((chunk + 1, n), dtype).at[0].set(x_c) if dense else jnp.zeros((0, n), dtype)
+        Ks0 = jnp.zeros((chunk, S, n), dtype) if dense else jnp.zeros((0,), dtype)
+        _, Ys, Ks, Xs = lax.fori_loop(0, m, forward, (x_c, jnp.zeros((chunk, S, n), dtype), Ks0, Xs0))
 
         def backward(i, bc):
             lam, pbar = bc
             k = m - 1 - i
-            return step_adjoint(ta_c[k], tb_c[k], Ys[k], lam + save_cotangent(j_c[k]), pbar)
+            ta, tb = ta_c[k], tb_c[k]
+            if dense:
+                x_bar_d, x1_bar_d, k_bar_d = dense_cotangents(ta, tb, Xs[k], Xs[k + 1], Ks[k], base + k)
+                xbar, pbar = step_adjoint(ta, tb, Ys[k], lam + x1_bar_d, pbar, k_bar_d)
+                return xbar + x_bar_d, pbar
+            return step_adjoint(ta, tb, Ys[k], lam + save_cotangent(j_c[k]), pbar, None)
 
         return lax.fori_loop(0, m, backward, (lam, pbar))
 
     n_chunks = -(-n_acc // chunk)
     lam0 = jnp.zeros((n,), dtype)
     lam, pbar = lax.fori_loop(0, n_chunks, lambda i, c: chunk_adjoint(n_chunks - 1 - i, c), (lam0, jnp.zeros_like(pflat)))
-    # Saves at t0 (``save_chunk == -1``) are x0 itself.
-    at_t0 = (record.save_chunk == -1)[:, None]
+    # Saves at t0 (``save_chunk == -1``; step stops only: a dense save is written by the
+    # step that contains it, t0's by the first) are x0 itself.
+    at_t0 = (record.save_chunk == -1)[:, None] & (not dense)
     xbar0 = lam + jnp.sum(jnp.where(at_t0, ct_saves, 0.0), axis=0)
     return unravel(pbar), xbar0

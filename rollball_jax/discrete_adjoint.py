@@ -21,7 +21,7 @@ Because no step is re-decided under differentiation, forward mode, reverse mode 
 nesting of them (``jax.hessian``, Hessian-vector products, ``jacrev∘jacrev``) give the
 exact derivative of the recorded discrete map, at any horizon.
 
-3. **Reverse mode** (step-stop saves): the replay is a primitive
+3. **Reverse mode**: the replay is a primitive
    (``jax.experimental.hijax.VJPHiPrimitive``, :class:`_Replay`) whose reverse rule is
    the hand-written sweep of :mod:`rollball_jax._reverse_sweep` (the transpose of the
    replay's tangent map, over the steps actually taken, each stage's field VJP in its own
@@ -29,8 +29,7 @@ exact derivative of the recorded discrete map, at any horizon.
    rounding, at ~60 % of its time and compile (paper ball, 75 parameters:
    ``docs/derivatives.md``). Forward mode and every derivative of the sweep itself
    (second order) still go through the replay's chunk rule, so every nesting above keeps
-   working. With ``dense=True`` the replay is not wrapped: reverse mode is JAX's
-   transpose of the dense replay.
+   working (dense saves included).
 
 Memory: about ``3·K`` numbers for a solve of ``K`` (accepted) steps, plus one state
 ``(N,)`` per chunk of 16 steps, plus, in the backward pass, one chunk's stage inputs
@@ -133,10 +132,8 @@ def solve(
     record = lax.stop_gradient(record)
 
     # ---- 2. replay (differentiated) ----------------------------------------------------
-    if dense:  # dense output: JAX's transpose of the replay in reverse mode
-        S = _replay(vf, tab, True, int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
-    else:  # step stops: the hand-written reverse sweep in reverse mode (_reverse_sweep)
-        S = _replay_primitive(vf, tab, int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
+    # reverse mode: the hand-written sweep (_reverse_sweep); everything else: the chunk rule
+    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
 
     # Every save time must have been a step end (-2: never written); a guard against a save
     # time that the step sequence passed over, which would otherwise read as zeros.
@@ -244,7 +241,7 @@ def _replay(vf, tab: _rk.Tableau, dense: bool, max_steps: int, params, x0, recor
 
 
 # ======================================================================================
-# The step-stop replay as a primitive: JAX's rules for every derivative but the first
+# The replay as a primitive: JAX's rules for every derivative but the first
 # reverse one, the hand-written reverse sweep for that.
 # ======================================================================================
 
@@ -253,15 +250,15 @@ class _Static:
     """Hashable holder of a primitive's static data, compared by identity of the vector
     field (a new closure per trace) and by value for the rest."""
 
-    def __init__(self, vf, tab, max_steps):
-        self.vf, self.tab, self.max_steps = vf, tab, max_steps
+    def __init__(self, vf, tab, max_steps, dense):
+        self.vf, self.tab, self.max_steps, self.dense = vf, tab, max_steps, dense
 
     def __hash__(self):
-        return hash((id(self.vf), self.tab, self.max_steps))
+        return hash((id(self.vf), self.tab, self.max_steps, self.dense))
 
     def __eq__(self, other):
         return isinstance(other, _Static) and (self.vf is other.vf and self.tab == other.tab
-                                               and self.max_steps == other.max_steps)
+                                               and self.max_steps == other.max_steps and self.dense == other.dense)
 
 
 def _instantiate(tangent, primal):
@@ -278,7 +275,7 @@ def _batched_out(axis_data, in_dims, out_aval):
 
 
 class _Replay(hx.VJPHiPrimitive):
-    """``S = replay(params, x0; record, save_ts)`` ``(T, N)`` (step-stop saves). Value,
+    """``S = replay(params, x0; record, save_ts)`` ``(T, N)``. Value,
     forward mode and every higher order: :func:`_replay` (custom-JVP chunks). Reverse mode:
     :class:`_ReplayVJP`, whose value is the hand-written sweep of :mod:`._reverse_sweep`."""
 
@@ -290,7 +287,7 @@ class _Replay(hx.VJPHiPrimitive):
 
     def _fn(self, record, save_ts):
         st = self.static
-        return lambda p, x: _replay(st.vf, st.tab, False, st.max_steps, p, x, record, save_ts)
+        return lambda p, x: _replay(st.vf, st.tab, st.dense, st.max_steps, p, x, record, save_ts)
 
     def expand(self, params, x0, record, save_ts):
         return self._fn(record, save_ts)(params, x0)
@@ -302,6 +299,14 @@ class _Replay(hx.VJPHiPrimitive):
 
     def vjp_fwd(self, nzs_in, params, x0, record, save_ts):
         return self(params, x0, record, save_ts), (params, x0, record, save_ts)
+
+    # jax.linearize: the replay's JVP (transposed by JAX if the linear map is transposed)
+    def lin(self, nzs_in, params, x0, record, save_ts):
+        return self(params, x0, record, save_ts), (params, x0, record, save_ts)
+
+    def linearized(self, res, tp, tx, *_):
+        params, x0, record, save_ts = res
+        return jax.jvp(self._fn(record, save_ts), (params, x0), (_instantiate(tp, params), _instantiate(tx, x0)))[1]
 
     def vjp_bwd_retval(self, res, ct):
         params, x0, record, save_ts = res
@@ -329,14 +334,15 @@ class _ReplayVJP(hx.VJPHiPrimitive):
         st = self.static
 
         def vjp(p, x, ct):
-            return jax.vjp(lambda p_, x_: _replay(st.vf, st.tab, False, st.max_steps, p_, x_, record, save_ts), p, x)[1](ct)
+            return jax.vjp(lambda p_, x_: _replay(st.vf, st.tab, st.dense, st.max_steps, p_, x_, record, save_ts), p, x)[1](ct)
 
         return vjp
 
     def expand(self, params, x0, record, save_ts, ct):
         from ._reverse_sweep import reverse_sweep
 
-        return reverse_sweep(self.static.tab, self.static.vf, params, record, ct, CHUNK)
+        st = self.static
+        return reverse_sweep(st.tab, st.vf, params, record, ct, CHUNK, dense=st.dense, save_ts=save_ts)
 
     def jvp(self, primals, tangents):
         params, x0, record, save_ts, ct = primals
@@ -345,6 +351,14 @@ class _ReplayVJP(hx.VJPHiPrimitive):
 
     def vjp_fwd(self, nzs_in, params, x0, record, save_ts, ct):
         return self(params, x0, record, save_ts, ct), (params, x0, record, save_ts, ct)
+
+    def lin(self, nzs_in, params, x0, record, save_ts, ct):
+        return self(params, x0, record, save_ts, ct), (params, x0, record, save_ts, ct)
+
+    def linearized(self, res, tp, tx, _trec, _tts, tct):
+        params, x0, record, save_ts, ct = res
+        tan = (_instantiate(tp, params), _instantiate(tx, x0), _instantiate(tct, ct))
+        return jax.jvp(self._transpose(record, save_ts), (params, x0, ct), tan)[1]
 
     def vjp_bwd_retval(self, res, g):
         params, x0, record, save_ts, ct = res
@@ -356,9 +370,9 @@ class _ReplayVJP(hx.VJPHiPrimitive):
         return _batched_out(axis_data, in_dims, self.out_aval)
 
 
-def _replay_primitive(vf, tab, max_steps, params, x0, record, save_ts):
-    """:func:`_replay` (step stops) with the reverse sweep as its reverse-mode rule."""
-    return _Replay(_Static(vf, tab, max_steps), params, x0, record, save_ts)(params, x0, record, save_ts)
+def _replay_primitive(vf, tab, dense, max_steps, params, x0, record, save_ts):
+    """:func:`_replay` with the reverse sweep as its reverse-mode rule."""
+    return _Replay(_Static(vf, tab, max_steps, dense), params, x0, record, save_ts)(params, x0, record, save_ts)
 
 
 def model_field(model, control):

@@ -1,10 +1,11 @@
-"""The hand-written reverse sweep (reverse mode of the discrete adjoint, step-stop saves).
+"""The hand-written reverse sweep (reverse mode of the discrete adjoint).
 
 Its value is checked against forward mode of the same discrete map (the replay's JVP, an
 independent route: no transpose involved), for cotangents on every save row, the one at
-t0 included, and on every parameter leaf; under ``jax.vmap``; with a step buffer that is
-not a whole number of chunks; and the reverse pass is checked to be the sweep (not JAX's
-transpose of the replay, which gives the same numbers more slowly).
+t0 included, and on every parameter leaf, with step-stop and with dense saves; under
+``jax.vmap``; with a step buffer that is not a whole number of chunks; and the reverse
+pass is checked to be the sweep (not JAX's transpose of the replay, which gives the same
+numbers more slowly).
 """
 
 import equinox as eqx
@@ -25,13 +26,13 @@ def rel(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
-def _problem(max_steps=4096):
+def _problem(dense=False, ts=TS):
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
     params, static = eqx.partition((ball, ctl, jnp.asarray(PAPER_BALL_X0)), eqx.is_inexact_array)
 
     def traj(p):
         model, control, x0 = eqx.combine(p, static)
-        return rb.trajectory(model, control, x0, TS, rtol=TOL, atol=TOL, max_steps=max_steps)
+        return rb.trajectory(model, control, x0, ts, rtol=TOL, atol=TOL, dense=dense)
 
     return traj, params
 
@@ -99,15 +100,47 @@ def test_sweep_with_a_step_buffer_that_is_not_whole_chunks():
     assert rel(small, big) < 1e-14
 
 
-def test_reverse_pass_is_the_sweep():
-    """The reverse pass of a step-stop solve is the sweep primitive (`_ReplayVJP`), not
-    JAX's transpose of the replay: both give the same numbers (tests above), so only the
-    program tells them apart. A dense solve keeps JAX's transpose."""
-    traj, params = _problem()
-    jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: jnp.sum(traj(p))))(params))
-    assert "_ReplayVJP" in jaxpr
+def test_dense_sweep_equals_forward_mode():
+    """Dense saves (31 save times over [0, 3], several per step: the solve takes 9): the
+    sweep's transpose of the interpolant on each containing step (start state, end state,
+    all 14 stages) vs the forward-mode contraction over all 75 parameters. Measured
+    1.8e-15 relative; bound 1e-12. Dropping the interpolant's start-state, end-state or
+    stage term gives 1.04, 0.31 and 0.36 relative."""
+    traj, params = _problem(dense=True, ts=jnp.linspace(0.0, 3.0, 31))
+    rng = np.random.default_rng(20261205)
+    c = jnp.asarray(rng.standard_normal((31, 15)))
+    rev = jax.jit(lambda p: jax.vjp(traj, p)[1](c)[0])(params)
+    fwd = jax.tree.map(lambda j: jnp.tensordot(c, j, axes=2), jax.jit(jax.jacfwd(traj))(params))
+    assert rel(jax.flatten_util.ravel_pytree(rev)[0], jax.flatten_util.ravel_pytree(fwd)[0]) < 1e-12
 
+
+def test_reverse_pass_is_the_sweep():
+    """The reverse pass is the sweep primitive (`_ReplayVJP`), not JAX's transpose of the
+    replay: both give the same numbers (tests above), so only the program tells them
+    apart. Step stops and dense saves alike."""
+    for dense in (False, True):
+        traj, params = _problem(dense=dense)
+        jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: jnp.sum(traj(p))))(params))
+        assert "_ReplayVJP" in jaxpr
+
+
+def test_linearize_and_its_transpose():
+    """``jax.linearize`` (which optimisers such as optimistix's BFGS use) goes through the
+    primitives' ``lin``/``linearized`` rules: the linear map equals ``jax.jvp``, its
+    ``jax.linear_transpose`` equals ``jax.vjp`` (the sweep), and linearising the gradient
+    equals the Hessian-vector product by ``jax.jvp``. Measured 0, 1.3e-16 and 0
+    relative; bounds 1e-12."""
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
-    dense = jax.make_jaxpr(jax.grad(lambda x: jnp.sum(rb.trajectory(ball, ctl, x, TS, rtol=TOL, atol=TOL, dense=True))))(
-        jnp.asarray(PAPER_BALL_X0))
-    assert "_ReplayVJP" not in str(dense)
+
+    def f(x):
+        return rb.final_gc(ball, ctl, x, (0.0, 3.0), rtol=TOL, atol=TOL)
+
+    x0 = jnp.asarray(PAPER_BALL_X0)
+    v = jnp.asarray(np.random.default_rng(20261206).standard_normal(15))
+    _, lin = jax.linearize(f, x0)
+    assert rel(lin(v), jax.jvp(f, (x0,), (v,))[1]) < 1e-12
+    ct = jnp.array([1.0, -2.0, 0.5])
+    assert rel(jax.linear_transpose(lin, x0)(ct)[0], jax.vjp(f, x0)[1](ct)[0]) < 1e-12
+    grad = jax.grad(lambda z: f(z)[0])
+    _, lin_grad = jax.linearize(grad, x0)
+    assert rel(lin_grad(v), jax.jvp(grad, (x0,), (v,))[1]) < 1e-12

@@ -24,6 +24,8 @@ step. Memory: ``3·K`` numbers for ``K`` steps plus ``(K/chunk + 1)·N`` for the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import diffrax as dfx
 import equinox as eqx
 import equinox.internal as eqxi
@@ -73,7 +75,9 @@ class Tableau(eqx.Module):
     ssal: bool = eqx.field(static=True)
     error_order: float = eqx.field(static=True)
     name: str = eqx.field(static=True)
-    interpolation: type = eqx.field(static=True)  # diffrax's dense-output class of the solver
+    # diffrax's dense-output constructor of the solver: a class (Dopri8, Tsit5) or a
+    # classmethod such as ThirdOrderHermitePolynomialInterpolation.from_k (Heun, Bosh3)
+    interpolation: Callable = eqx.field(static=True)
 
     @classmethod
     def from_solver(cls, solver: dfx.AbstractSolver, purpose: str | None = None) -> "Tableau":

@@ -49,6 +49,7 @@ from jax import lax
 from jax.experimental import hijax as hx
 
 from . import _rk
+from ._reverse_sweep import reverse_sweep
 from ._executor import own_executor
 from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
 from ._results import MESSAGES
@@ -339,8 +340,6 @@ class _ReplayVJP(hx.VJPHiPrimitive):
         return vjp
 
     def expand(self, params, x0, record, save_ts, ct):
-        from ._reverse_sweep import reverse_sweep
-
         st = self.static
         return reverse_sweep(st.tab, st.vf, params, record, ct, CHUNK, dense=st.dense, save_ts=save_ts)
 

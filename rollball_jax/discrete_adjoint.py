@@ -26,7 +26,7 @@ exact derivative of the recorded discrete map, at any horizon.
    the hand-written sweep of :mod:`rollball_jax._reverse_sweep` (the transpose of the
    replay's tangent map, over the steps actually taken, each stage's field VJP in its own
    sequential XLA:CPU executor): the same derivative as JAX's transpose of the replay, to
-   rounding, at ~60 % of its time and compile (paper ball, 75 parameters:
+   rounding, at ~70 % of its time and ~60 % of its compile (paper ball, 75 parameters:
    ``docs/derivatives.md``). Forward mode and every derivative of the sweep itself
    (second order) still go through the replay's chunk rule, so every nesting above keeps
    working (dense saves included).

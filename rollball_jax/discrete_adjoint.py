@@ -262,6 +262,11 @@ class _Static:
                                                and self.max_steps == other.max_steps and self.dense == other.dense)
 
 
+def _replay_of(static, record, save_ts):
+    """``(params, x0) -> S``: :func:`_replay` of ``record`` with the primitives' static data."""
+    return lambda p, x: _replay(static.vf, static.tab, static.dense, static.max_steps, p, x, record, save_ts)
+
+
 def _instantiate(tangent, primal):
     """``tangent`` (a pytree like ``primal`` whose leaves may be symbolic zeros) with its
     zeros made arrays."""
@@ -287,8 +292,7 @@ class _Replay(hx.VJPHiPrimitive):
         super().__init__()
 
     def _fn(self, record, save_ts):
-        st = self.static
-        return lambda p, x: _replay(st.vf, st.tab, st.dense, st.max_steps, p, x, record, save_ts)
+        return _replay_of(self.static, record, save_ts)
 
     def expand(self, params, x0, record, save_ts):
         return self._fn(record, save_ts)(params, x0)
@@ -332,12 +336,8 @@ class _ReplayVJP(hx.VJPHiPrimitive):
         super().__init__()
 
     def _transpose(self, record, save_ts):
-        st = self.static
-
-        def vjp(p, x, ct):
-            return jax.vjp(lambda p_, x_: _replay(st.vf, st.tab, st.dense, st.max_steps, p_, x_, record, save_ts), p, x)[1](ct)
-
-        return vjp
+        replay = _replay_of(self.static, record, save_ts)
+        return lambda p, x, ct: jax.vjp(replay, p, x)[1](ct)
 
     def expand(self, params, x0, record, save_ts, ct):
         st = self.static

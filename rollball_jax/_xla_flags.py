@@ -9,7 +9,39 @@ Jacobian compile 3.70 → 2.52 s, forward-solve compile 1.20 → 0.90 s; steady 
 within run-to-run noise (gradient 11.0 vs 10.1 ms, forward solve 1.51 vs 1.43 ms).
 Results agree to rounding (reverse vs forward gradient 9.3e-16 vs 1.4e-15 relative).
 
-The option is added to ``XLA_FLAGS`` at ``import rollball_jax`` only when
+``--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=200000`` (2026-12-04):
+XLA:CPU runs each operation of a program as a separate "thunk" (tens of nanoseconds of
+dispatch each), except that a ``while`` loop accessing fewer than this many bytes per
+iteration, and holding no ``dot``, custom call or scatter, is compiled into one kernel
+(XLA's ``SmallWhileLoopHoistingPass``; default threshold 1,024 bytes). A Runge–Kutta solve
+of a small ODE is exactly such a loop, and its time was mostly that dispatch. With the
+threshold at 200 kB (and the vector fields written without ``dot``:
+:func:`rollball_jax.geometry.matvec`) the solves and the discrete adjoint's loops become
+single kernels. Measured on 2 cores, ``python benchmarks/bench_small_loops.py`` (fresh
+process per row; compile [s] / steady call [ms]; ``1024`` is XLA's default):
+
+===========  ============  ============  ============  ============  ============
+threshold    fwd15         fwd25         grad15        grad25        hvp
+===========  ============  ============  ============  ============  ============
+1024         0.94 / 0.978  0.85 / 0.940  1.97 / 5.106  2.04 / 9.538  5.22 / 3.173
+50,000       1.01 / 0.248  0.96 / 0.265  1.77 / 1.628  1.93 / 10.43  5.08 / 2.651
+**200,000**  1.05 / 0.257  1.01 / 0.295  2.19 / 1.628  2.30 / 1.931  6.23 / 1.194
+1,000,000    1.02 / 0.263  0.98 / 0.274  2.26 / 1.775  1.98 / 10.33  9.00 / 0.976
+===========  ============  ============  ============  ============  ============
+
+(fwd: ``jit(rb.integrate)``, paper ball N = 15 and an 8-mass ball N = 25, [0, 20], tol
+1e-10; grad: reverse-mode gradient of the final GC w.r.t. x(0); hvp: a Hessian-vector
+product over [0, 3]. The 1024 row is with the dot-free fields; the 50,000 and 1,000,000
+rows' grad25 still had the fields' dots, which keep loops from being hoisted.) Larger
+thresholds put larger loops into one kernel, whose compile grows faster than linearly
+(LLVM optimises it as one function): second-order programs compiled up to 1.7× longer
+at 1,000,000; 200,000 takes the whole first-order gain at +20 % on the Hessian-vector
+product's compile. Forward solves and the reverse gradient through the discrete adjoint
+are bit-identical with and without the option (paper ball; tested). Batches under
+``jax.vmap`` (mode ``adaptive``) are not: the kernel's rounding depends on the number of
+members a device holds (9e-12 between 2 and 4 members, ``docs/batch.md``).
+
+The options are added to ``XLA_FLAGS`` at ``import rollball_jax`` only when
 
 * the environment variable ``ROLLBALL_JAX_XLA_DEFAULTS`` is not ``0``,
 * ``XLA_FLAGS`` does not already name the option (an explicit choice wins), and
@@ -39,8 +71,15 @@ from __future__ import annotations
 
 import os
 
-#: Options added to ``XLA_FLAGS`` (see the module docstring for the measurement).
-DEFAULT_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
+#: Bytes a ``while`` loop may access per iteration and still be compiled as one kernel
+#: (XLA's default: 1,024; see the module docstring).
+SMALL_LOOP_BYTES = 200_000
+#: Options added to ``XLA_FLAGS`` (see the module docstring for the measurements).
+DEFAULT_FLAGS = (
+    "--xla_cpu_use_fusion_emitters=false",
+    # an explicit --xla_backend_extra_options (any key) wins over this one
+    f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={SMALL_LOOP_BYTES}",
+)
 #: jaxlib versions (inclusive lower, exclusive upper) whose XLA knows every option above.
 TESTED_JAXLIB = ((0, 10, 2), (0, 11, 0))
 #: Set to ``0`` to leave ``XLA_FLAGS`` untouched.

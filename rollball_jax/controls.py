@@ -201,9 +201,10 @@ class CubicSplineControl(AbstractControl):
         j = jnp.clip(jnp.searchsorted(knots, tc, side="right") - 1, 0, knots.shape[0] - 2)
         t0, t1 = knots[j], knots[j + 1]
         h = t1 - t0
-        m = self.values @ operator.T  # (n, K) second derivatives
         y0, y1 = self.values[:, j], self.values[:, j + 1]
-        m0, m1 = m[:, j], m[:, j + 1]
+        # second derivatives at knots j, j+1 (rows of values @ operatorᵀ; multiply-and-reduce,
+        # no dot: see geometry.matvec)
+        m0, m1 = jnp.sum(self.values * operator[j], axis=-1), jnp.sum(self.values * operator[j + 1], axis=-1)
         a = (t1 - tc) / h
         b = (tc - t0) / h
         return a * y0 + b * y1 + ((a**3 - a) * m0 + (b**3 - b) * m1) * h**2 / 6.0

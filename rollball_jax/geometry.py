@@ -18,6 +18,19 @@ from ._typing import FloatInput
 E3 = jnp.array([0.0, 0.0, 1.0])
 
 
+def matvec(a: FloatInput["... m k"], x: FloatInput["... k"]) -> Inexact[Array, "... m"]:
+    """``a @ x`` (batched over the leading axes) as a sum of ``k`` scaled columns.
+
+    Used in the vector fields instead of ``@``: XLA:CPU compiles a ``while`` loop (a
+    solver's step loop) into one kernel only if it holds no ``dot`` operation, and so
+    would the derivatives of a ``dot`` (see :mod:`rollball_jax._xla_flags`)."""
+    a, x = jnp.asarray(a), jnp.asarray(x)
+    out = a[..., :, 0] * x[..., 0, None]
+    for k in range(1, a.shape[-1]):  # a sum of columns: elementwise, no reduction
+        out = out + a[..., :, k] * x[..., k, None]
+    return out
+
+
 def hat(a: FloatInput["... 3"]) -> Inexact[Array, "... 3 3"]:
     """Hat map R³ → so(3): ``hat(a) @ b = a × b`` (Putkaradze & Rogers, sec. 5.1)."""
     a = jnp.asarray(a)

@@ -25,6 +25,7 @@ import numpy as np
 from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
+from .geometry import matvec
 
 from .errors import ModelError, array_namespace, as_float64, concrete, to_jax
 from .geometry import paper_rail_rotation
@@ -220,11 +221,11 @@ class _PlanarRail(AbstractRail):
 
     def point(self, theta):
         p, _, _ = self.planar(theta)
-        return self.center + self.rotation @ p
+        return self.center + matvec(self.rotation, p)
 
     def point_derivatives(self, theta):
         p, dp, ddp = self.planar(theta)
-        return self.center + self.rotation @ p, self.rotation @ dp, self.rotation @ ddp
+        return self.center + matvec(self.rotation, p), matvec(self.rotation, dp), matvec(self.rotation, ddp)
 
 
 def _frame_args(k, center, rotation):

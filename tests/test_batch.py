@@ -184,8 +184,12 @@ print(json.dumps(out))
 
 def test_four_host_devices_give_the_same_results_as_one(batch4, lockstep4):
     """Sharded over 4 XLA host devices (jax.shard_map; members padded to 8, lockstep groups of 8) the
-    results equal this process's single-device run bit for bit: groups never straddle
-    devices and each member's arithmetic is unchanged."""
+    results equal this process's single-device run: bit for bit in mode lockstep (groups
+    never straddle devices and each member's arithmetic is unchanged); to rounding in mode
+    adaptive, whose vmapped loop XLA compiles as one kernel (the small-loop option of
+    ``rollball_jax._xla_flags``) whose rounding depends on the members a device holds, 2
+    here against 4 in one process (bit for bit without the option). Measured 9.0e-12
+    (states of order 1, tol 1e-8); bound 1e-10."""
     assert len(jax.devices()) == 1 or os.environ.get("XLA_FLAGS")
     env = dict(os.environ)
     env["XLA_FLAGS"] = bt.host_device_flags(4)
@@ -196,7 +200,7 @@ def test_four_host_devices_give_the_same_results_as_one(batch4, lockstep4):
     four = json.loads(p.stdout.strip().splitlines()[-1])
     assert four["devices"] == 4 and four["adaptive_devices"] == 4 and four["lockstep_devices"] == 4
     assert batch4[2].n_devices == len(jax.devices())
-    np.testing.assert_array_equal(np.asarray(four["adaptive"]), batch4[2].ys)
+    np.testing.assert_allclose(np.asarray(four["adaptive"]), batch4[2].ys, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(np.asarray(four["lockstep"]), lockstep4.ys)
 
 

@@ -13,6 +13,6 @@ def solve3(a, b):
     c0 = jnp.cross(a[1], a[2])
     c1 = jnp.cross(a[2], a[0])
     c2 = jnp.cross(a[0], a[1])
-    det = jnp.dot(a[0], c0)
+    det = jnp.sum(a[0] * c0)  # not jnp.dot: see geometry.matvec
     # adj(a) = [c0 c1 c2] (columns), a^{-1} = adj / det
     return (c0 * b[0] + c1 * b[1] + c2 * b[2]) / det

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Inexact
 
 from .._typing import FloatInput
-from ..geometry import quat_multiply, rotation_matrix, sharp
+from ..geometry import matvec, quat_multiply, rotation_matrix, sharp
 from ._linalg import solve3
 
 
@@ -34,7 +34,9 @@ def system_matrix(m: Inexact[Array, " n1"], s: Inexact[Array, "n1 3"], inertia: 
 
     Negative definite whenever the moments d_i are positive.
     """
-    ss = jnp.einsum("i,ij,ik->jk", m, s, s)
+    ms = m[:, None] * s
+    # Σ m_i s_i s_iᵀ, column by column (no dot, see geometry.matvec)
+    ss = jnp.stack([jnp.sum(ms * s[:, k, None], axis=0) for k in range(3)], axis=-1)
     trace = jnp.sum(m * jnp.sum(s * s, axis=-1))
     return ss - trace * jnp.eye(3) - jnp.diag(inertia)
 
@@ -65,7 +67,7 @@ def ball_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, 
     r = model.radius
     lam = rotation_matrix(q)  # (2.15)
     gamma = lam[2]  # Γ = Λᵀ e3 (7.6)
-    gamma_tilde = lam.T @ model.force(t)  # Γ̃ = Λᵀ F_e
+    gamma_tilde = matvec(lam.T, model.force(t))  # Γ̃ = Λᵀ F_e
     m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, theta, theta_dot, u)
     s = r * gamma + zeta  # s_i = rΓ + ζ_i
     inertia_omega = model.inertia * omega_body
@@ -82,6 +84,6 @@ def ball_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, 
     )
     omega_dot = solve3(system_matrix(m, s, model.inertia), rhs)  # κ (7.4)
     q_dot = 0.5 * quat_multiply(q, sharp(omega_body))  # (2.21)
-    omega_spatial = lam @ omega_body  # ω = ΛΩ (7.6)
+    omega_spatial = matvec(lam, omega_body)  # ω = ΛΩ (7.6)
     z_dot = r * jnp.stack([omega_spatial[1], -omega_spatial[0]])  # (ω × r e3)₁₂
     return jnp.concatenate([theta_dot, u, q_dot, omega_dot, z_dot])

@@ -20,26 +20,26 @@ threshold at 200 kB (and the vector fields written without ``dot``:
 single kernels. Measured on 2 cores, ``python benchmarks/bench_small_loops.py`` (fresh
 process per row; compile [s] / steady call [ms]; ``1024`` is XLA's default):
 
-===========  ============  ============  ============  ============  ============
-threshold    fwd15         fwd25         grad15        grad25        hvp
-===========  ============  ============  ============  ============  ============
-1024         0.94 / 0.978  0.85 / 0.940  1.97 / 5.106  2.04 / 9.538  5.22 / 3.173
-50,000       1.01 / 0.248  0.96 / 0.265  1.77 / 1.628  1.93 / 10.43  5.08 / 2.651
-**200,000**  1.05 / 0.257  1.01 / 0.295  2.19 / 1.628  2.30 / 1.931  6.23 / 1.194
-1,000,000    1.02 / 0.263  0.98 / 0.274  2.26 / 1.775  1.98 / 10.33  9.00 / 0.976
-===========  ============  ============  ============  ============  ============
+===========  ============  =============  ============  =============  =============
+threshold    fwd15         fwd25          grad15        grad25         hvp
+===========  ============  =============  ============  =============  =============
+1024         1.09 / 1.171  0.95 / 0.784   2.24 / 5.434  2.26 / 10.257  5.86 / 3.662
+50,000       1.09 / 0.235  1.03 / 0.245   2.31 / 1.749  2.24 / 8.405   5.74 / 2.820
+**200,000**  1.08 / 0.214  0.96 / 0.239   2.75 / 1.607  2.97 / 1.998   7.70 / 1.181
+1,000,000    1.19 / 0.237  1.03 / 0.253   2.75 / 1.620  2.78 / 1.834   10.72 / 1.026
+===========  ============  =============  ============  =============  =============
 
 (fwd: ``jit(rb.integrate)``, paper ball N = 15 and an 8-mass ball N = 25, [0, 20], tol
-1e-10; grad: reverse-mode gradient of the final GC w.r.t. x(0); hvp: a Hessian-vector
-product over [0, 3]. The 1024 row is with the dot-free fields; the 50,000 and 1,000,000
-rows' grad25 still had the fields' dots, which keep loops from being hoisted.) Larger
-thresholds put larger loops into one kernel, whose compile grows faster than linearly
-(LLVM optimises it as one function): second-order programs compiled up to 1.7× longer
-at 1,000,000; 200,000 takes the whole first-order gain at +20 % on the Hessian-vector
-product's compile. Forward solves and the reverse gradient through the discrete adjoint
-are bit-identical with and without the option (paper ball; tested). Batches under
-``jax.vmap`` (mode ``adaptive``) are not: the kernel's rounding depends on the number of
-members a device holds (9e-12 between 2 and 4 members, ``docs/batch.md``).
+1e-10; grad: reverse-mode gradient of the final GC w.r.t. x(0) over [0, 20]; hvp: a
+Hessian-vector product over [0, 3].) Larger thresholds put larger loops into one kernel,
+and such a kernel compiles more slowly (LLVM optimises it as one function): the
+Hessian-vector product compiles 1.8× longer at 1,000,000 than at XLA's default. 200,000
+takes the first-order gains (50,000 misses the 8-mass gradient) at +23–31 % compile for
+the gradient and the Hessian-vector product. Forward solves and the reverse gradient
+through the discrete adjoint are bit-identical with and without the option (paper ball;
+tested). Batches under ``jax.vmap`` (mode ``adaptive``) are not: the kernel's rounding
+depends on the number of members a device holds (9e-12 between 2 and 4 members,
+``docs/batch.md``).
 
 The options are added to ``XLA_FLAGS`` at ``import rollball_jax`` only when
 

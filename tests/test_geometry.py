@@ -65,3 +65,14 @@ def test_frisvad_frame_right_handed_orthonormal():
         np.testing.assert_allclose(b.T @ b, np.eye(3), atol=1e-12)
         np.testing.assert_allclose(np.linalg.det(b), 1.0, atol=1e-12)
         np.testing.assert_allclose(b[:, 0], geo.spherical_to_cartesian(jnp.asarray(v, dtype=float)), atol=1e-15)
+
+
+def test_matvec_equals_matrix_product():
+    """``matvec`` (the vector fields' dot-free ``a @ x``) equals ``a @ x``, batched, for a
+    non-symmetric ``a`` (a transposed index would give ``aᵀx``). Measured 2e-16 relative."""
+    matvec = geo.matvec
+    rng = np.random.default_rng(20261204)
+    a, x = rng.standard_normal((5, 3, 3)), rng.standard_normal((5, 3))
+    expected = np.einsum("bij,bj->bi", a, x)
+    assert np.max(np.abs(np.asarray(matvec(a, x)) - expected)) <= 1e-14 * np.max(np.abs(expected))
+    assert np.max(np.abs(np.asarray(matvec(a[0], x[0])) - a[0] @ x[0])) <= 1e-14 * np.max(np.abs(a[0] @ x[0]))

@@ -39,7 +39,8 @@ the gradient and the Hessian-vector product. Forward solves and the reverse grad
 through the discrete adjoint are bit-identical with and without the option (paper ball;
 tested). Batches under ``jax.vmap`` (mode ``adaptive``) are not: the kernel's rounding
 depends on the number of members a device holds (9e-12 between 2 and 4 members,
-``docs/batch.md``).
+``docs/batch.md``). Only XLA's CPU compiler reads the key; other backends ignore it (XLA
+passes to LLVM only the extra options whose names do not start with ``xla_``).
 
 The options are added to ``XLA_FLAGS`` at ``import rollball_jax`` only when
 

@@ -19,11 +19,13 @@ E3 = jnp.array([0.0, 0.0, 1.0])
 
 
 def matvec(a: FloatInput["... m k"], x: FloatInput["... k"]) -> Inexact[Array, "... m"]:
-    """``a @ x`` (batched over the leading axes) as a sum of ``k`` scaled columns.
+    """``a @ x`` as a sum of ``k`` scaled columns: ``a`` ``(..., m, k)``, ``x`` ``(..., k)``
+    (leading axes broadcast), result ``(..., m)``; ``k`` static and small (3 here).
 
     Used in the vector fields instead of ``@``: XLA:CPU compiles a ``while`` loop (a
-    solver's step loop) into one kernel only if it holds no ``dot`` operation, and so
-    would the derivatives of a ``dot`` (see :mod:`rollball_jax._xla_flags`)."""
+    solver's step loop) into one kernel only if the loop holds no ``dot`` operation, and
+    a ``dot`` in the field would appear in every loop that evaluates it or its
+    derivatives (see :mod:`rollball_jax._xla_flags`)."""
     a, x = jnp.asarray(a), jnp.asarray(x)
     out = a[..., :, 0] * x[..., 0, None]
     for k in range(1, a.shape[-1]):  # a sum of columns: elementwise, no reduction

@@ -25,10 +25,9 @@ import numpy as np
 from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
-from .geometry import matvec
 
 from .errors import ModelError, array_namespace, as_float64, concrete, to_jax
-from .geometry import paper_rail_rotation
+from .geometry import matvec, paper_rail_rotation
 
 # Number of θ samples used to check that a closed rail stays inside the ball.
 _CHECK_SAMPLES = 4097

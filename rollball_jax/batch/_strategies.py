@@ -30,9 +30,12 @@ class AbstractBatchStrategy(eqx.Module):
 
 
 class Adaptive(AbstractBatchStrategy):
-    """``jax.vmap`` of :func:`rollball_jax.integrate` (diffrax ``diffeqsolve``): every member
-    has its own adaptive step sequence, as one :func:`rollball_jax.simulate` call would. Works
-    with every diffrax solver (implicit ones too). The default."""
+    """:func:`rollball_jax.integrate` (diffrax ``diffeqsolve``) per member: every member has
+    its own adaptive step sequence, as one :func:`rollball_jax.simulate` call would. On the
+    CPU the members are solved one after the other inside one compiled call per device
+    (``lax.map``; the same bits as single solves, each solve's step loop compiled as one
+    kernel); on other devices they are vmapped. Works with every diffrax solver (implicit
+    ones too). The default."""
 
     name: ClassVar[str] = "adaptive"
 

@@ -132,6 +132,23 @@ def apply() -> list[str]:
     return added
 
 
+def small_loops_threshold(environ=None) -> int:
+    """The ``xla_cpu_small_while_loop_byte_threshold`` that ``XLA_FLAGS`` in ``environ``
+    (default ``os.environ``) asks for: XLA's default, 1,024, when it names none (the
+    package's option opted out, or replaced by the user's own ``--xla_backend_extra_options``).
+    A process whose CPU backend started before ``import rollball_jax`` runs with the
+    setting of that moment, which this cannot see."""
+    env = os.environ if environ is None else environ
+    threshold = 1024
+    for flag in env.get("XLA_FLAGS", "").split():
+        if flag.startswith("--xla_backend_extra_options="):
+            for item in flag.split("=", 1)[1].split(","):
+                key, _, value = item.partition("=")
+                if key.strip() == "xla_cpu_small_while_loop_byte_threshold" and value.strip().isdigit():
+                    threshold = int(value)
+    return threshold
+
+
 def group_loop_compiler_options() -> dict:
     """``compiler_options`` for ``jax.jit`` of the batch group loops: the fusion emitters on
     (faster runs of their wide programs, see the module docstring); empty for an untested

@@ -72,13 +72,17 @@ def test_stack_member_and_structure_errors():
 
 def test_adaptive_batch_equals_single_solves(batch4):
     """Each member of the batch equals rb.simulate with the same settings, bit for bit (on
-    the CPU mode adaptive solves the members one at a time; vmapped they differed by up to
-    ~1e-11)."""
+    the CPU, with XLA's small-loop option, mode adaptive solves the members one at a time;
+    vmapped, without it, to 1e-10: they differed by up to ~1e-11)."""
     models, x0s, res = batch4
+    mapped = bt_driver._maps_members(jax.devices())
     assert res.mode == "adaptive" and np.all(res.ok) and res.ys.shape == (4, TS.size, 15)
     for i, (m, x0) in enumerate(zip(models, x0s)):
         sol = rb.simulate(m, rb.PaperStep.ball(3), x0, T_SPAN, ts=TS, rtol=TOL, atol=TOL)
-        np.testing.assert_array_equal(res.ys[i], sol.xs)
+        if mapped:
+            np.testing.assert_array_equal(res.ys[i], sol.xs)
+        else:  # vmapped (XLA's small-loop option off): to rounding
+            np.testing.assert_allclose(res.ys[i], sol.xs, rtol=0, atol=1e-10)
         assert res.num_accepted_steps[i] == sol.stats["num_accepted_steps"]
     np.testing.assert_allclose(res.x_final, res.ys[:, -1], rtol=0, atol=1e-13)  # t1: step end vs saved
     assert np.all(res.t_final == T_SPAN[1]) and 0 < res.lockstep_efficiency <= 1
@@ -200,7 +204,10 @@ def test_four_host_devices_give_the_same_results_as_one(batch4, lockstep4):
     four = json.loads(p.stdout.strip().splitlines()[-1])
     assert four["devices"] == 4 and four["adaptive_devices"] == 4 and four["lockstep_devices"] == 4
     assert batch4[2].n_devices == len(jax.devices())
-    np.testing.assert_array_equal(np.asarray(four["adaptive"]), batch4[2].ys)
+    if bt_driver._maps_members(jax.devices()):
+        np.testing.assert_array_equal(np.asarray(four["adaptive"]), batch4[2].ys)
+    else:  # vmapped (XLA's small-loop option off): 2 members a device round differently from 4
+        np.testing.assert_allclose(np.asarray(four["adaptive"]), batch4[2].ys, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(np.asarray(four["lockstep"]), lockstep4.ys)
 
 

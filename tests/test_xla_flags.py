@@ -94,3 +94,15 @@ def test_small_loop_option_compiles_the_solve_as_one_kernel_bit_for_bit():
     n_small_off, sha_off = _run(_SOLVE_AND_GRADIENT, off)
     assert int(n_small) >= 1 and int(n_small_off) == 0
     assert sha_default == sha_off
+
+
+def test_small_loops_threshold_reads_the_setting_in_force():
+    """The threshold batch mode adaptive consults (it maps members one at a time only when
+    loops become single kernels): the package's value, a user's own value, XLA's default
+    1,024 when the key is absent (opted out, or another extra option given instead)."""
+    assert _xla_flags.small_loops_threshold({"XLA_FLAGS": " ".join(BOTH)}) == 200_000
+    assert _xla_flags.small_loops_threshold({"XLA_FLAGS": FLAG}) == 1024
+    assert _xla_flags.small_loops_threshold({}) == 1024
+    assert _xla_flags.small_loops_threshold(
+        {"XLA_FLAGS": "--xla_backend_extra_options=xla_cpu_foo=1,xla_cpu_small_while_loop_byte_threshold=5000"}) == 5000
+    assert _xla_flags.small_loops_threshold({"XLA_FLAGS": "--xla_backend_extra_options=xla_cpu_foo=1"}) == 1024

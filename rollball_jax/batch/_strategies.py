@@ -32,10 +32,13 @@ class AbstractBatchStrategy(eqx.Module):
 class Adaptive(AbstractBatchStrategy):
     """:func:`rollball_jax.integrate` (diffrax ``diffeqsolve``) per member: every member has
     its own adaptive step sequence, as one :func:`rollball_jax.simulate` call would. On the
-    CPU the members are solved one after the other inside one compiled call per device
-    (``lax.map``; the same bits as single solves, each solve's step loop compiled as one
-    kernel); on other devices they are vmapped. Works with every diffrax solver (implicit
-    ones too). The default."""
+    CPU, with XLA's small-loop option in effect (the package's default,
+    :mod:`rollball_jax._xla_flags`), the members are solved one after the other inside one
+    compiled call per device (``lax.map``; the same bits as single solves, each solve's
+    step loop compiled as one kernel); otherwise they are vmapped. Works with every diffrax
+    solver (implicit ones too; on one device only: an implicit solver under
+    ``jax.shard_map`` over several devices fails inside lineax, as before 2026-12-04).
+    The default."""
 
     name: ClassVar[str] = "adaptive"
 

@@ -63,24 +63,26 @@ def test_sweep_equals_forward_mode_on_every_save_and_parameter():
 
 def test_sweep_under_vmap_equals_each_member():
     """jax.vmap of the gradient over three initial states: equal to jax.vmap of the
-    forward-mode Jacobian (the same batched recording, so the same steps) to 1e-13
-    (measured 5e-16), and to each member's own gradient to 1e-8: under vmap the field's
-    executor conditional becomes a select, so the recording's error estimates, and
-    possibly a step, move at rounding level (measured 2e-12 to 5e-12)."""
-    ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
+    forward-mode Jacobian (the same batched recording, so the same steps) to 1e-13, and to
+    each member's own gradient to 1e-8: under vmap the field's executor conditional becomes
+    a select, so the recording's error estimates, and possibly a step, move at rounding
+    level. A one-mass disk driven by the paper's ramp (kinks at 0.1 and 0.2): the batching
+    rules do not depend on the model, and its programs compile in about a third of the
+    paper ball's time (5 s instead of 14 s for this test). Measured 8e-16, and 0.9e-12 to
+    6e-12 (the paper ball: 5e-16, 2e-12 to 5e-12)."""
+    disk, ctl = rb.Disk(1.0, 1.0, 1.0, masses=[1.0], rails=[rb.CircleRail(0.9)]), rb.PaperStep.ball(1)
 
     def gc1(x0):
-        return rb.final_gc(ball, ctl, x0, (0.0, 3.0), rtol=TOL, atol=TOL)[0]
+        return rb.final_gc(disk, ctl, x0, (0.0, 3.0), rtol=TOL, atol=TOL)[0]
 
-    x0 = jnp.asarray(PAPER_BALL_X0)
-    xs = jnp.stack([x0, x0.at[10].add(0.05), x0.at[11].add(-0.03)])
+    x0 = jnp.asarray(disk.initial_state(theta=[-1.0]))
+    xs = jnp.stack([x0, x0.at[1].add(0.05), x0.at[3].add(-0.03)])
     batched = jax.jit(jax.vmap(jax.grad(gc1)))(xs)
     batched_fwd = jax.jit(jax.vmap(jax.jacfwd(gc1)))(xs)
     assert rel(batched, batched_fwd) < 1e-13
     grad = jax.jit(jax.grad(gc1))
-    for i in range(3):
-        assert rel(batched[i], grad(xs[i])) < 1e-8
-    assert rel(batched[1], batched[0]) > 1e-4  # the members differ
+    assert max(rel(batched[i], grad(xs[i])) for i in range(3)) < 1e-8
+    assert rel(batched[1], batched[0]) > 1e-4 and rel(batched[2], batched[0]) > 1e-4  # the members differ
 
 
 def test_sweep_with_a_step_buffer_that_is_not_whole_chunks():

@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 
 import diffrax as dfx
@@ -440,6 +441,8 @@ def simulate_batch(
 
     Returns a :class:`BatchResult`. Never raises for a failed member: check ``status``.
     Raises ``ModelError`` for invalid input (shapes, tolerances, an unknown strategy).
+    Warns (``RuntimeWarning``) and runs on one device when mode adaptive is given an
+    implicit solver and several devices (its linear solves fail under ``jax.shard_map``).
     """
     checks.require_x64("simulate_batch")
     strategy = as_strategy(strategy)
@@ -477,6 +480,14 @@ def simulate_batch(
         raise ModelError("save times ts must be non-decreasing and lie within t_span")
     solver = default_solver() if solver is None else solver
     devs = _devices(devices)
+    if mode == "adaptive" and len(devs) > 1 and isinstance(solver, dfx.AbstractImplicitSolver):
+        # Inside jax.shard_map (jax 0.10.2, lineax 0.1.1) an implicit step's linear solve
+        # fails: the operator's structure carries the manual mesh's sharding and the
+        # vector's does not ("pytree does not match out_structure").
+        warnings.warn(f"{type(solver).__name__} is an implicit solver: mode adaptive runs it on one device "
+                      f"({devs[0]}), not on the {len(devs)} requested (its linear solves fail under "
+                      "jax.shard_map); BatchResult.n_devices says 1", RuntimeWarning, stacklevel=2)
+        devs = devs[:1]
     start = time.perf_counter()
     refined = np.zeros((B,), dtype=bool)
     used_dt = None

@@ -36,8 +36,8 @@ class Adaptive(AbstractBatchStrategy):
     :mod:`rollball_jax._xla_flags`), the members are solved one after the other inside one
     compiled call per device (``lax.map``; the same bits as single solves, each solve's
     step loop compiled as one kernel); otherwise they are vmapped. Works with every diffrax
-    solver (implicit ones too; on one device only: an implicit solver under
-    ``jax.shard_map`` over several devices fails inside lineax, as before 2026-12-04).
+    solver (implicit ones on one device: their linear solves fail under ``jax.shard_map``
+    over several devices, so :func:`simulate_batch` then warns and uses the first device).
     The default."""
 
     name: ClassVar[str] = "adaptive"

@@ -142,13 +142,27 @@ def test_linearize_and_its_transpose():
 
     x0 = jnp.asarray(disk.initial_state(theta=[-1.0]))
     v = jnp.asarray(np.random.default_rng(20261206).standard_normal(x0.shape[0]))
-    _, lin = jax.linearize(f, x0)
-    assert rel(lin(v), jax.jvp(f, (x0,), (v,))[1]) < 1e-12
     ct = jnp.array([1.0, -2.0, 0.5])
-    assert rel(jax.linear_transpose(lin, x0)(ct)[0], jax.vjp(f, x0)[1](ct)[0]) < 1e-12
+
+    # Under jax.jit (the same rules; one compile per program instead of one per operation
+    # of an eager run: 50 -> 43 s of CPU for this test, measured 2026-12-05).
+    @jax.jit
+    def first_order(x0, v, ct):
+        _, lin = jax.linearize(f, x0)
+        return lin(v), jax.jvp(f, (x0,), (v,))[1], jax.linear_transpose(lin, x0)(ct)[0], jax.vjp(f, x0)[1](ct)[0]
+
+    lin_v, jvp_v, lin_t_ct, vjp_ct = first_order(x0, v, ct)
+    assert rel(lin_v, jvp_v) < 1e-12
+    assert rel(lin_t_ct, vjp_ct) < 1e-12
     grad = jax.grad(lambda z: f(z)[0])
-    _, lin_grad = jax.linearize(grad, x0)
-    assert rel(lin_grad(v), jax.jvp(grad, (x0,), (v,))[1]) < 1e-12
+
+    @jax.jit
+    def second_order(x0, v):
+        _, lin_grad = jax.linearize(grad, x0)
+        return lin_grad(v), jax.jvp(grad, (x0,), (v,))[1]
+
+    lin_grad_v, hvp = second_order(x0, v)
+    assert rel(lin_grad_v, hvp) < 1e-12
 
 
 @pytest.mark.parametrize("solver_name", ["Tsit5", "Heun"])

@@ -9,6 +9,8 @@ Rows:
   * the gradient of the final GC's e1 component w.r.t. ALL parameters (every array leaf
     of the model and control, and x0) by reverse mode through the discrete adjoint
     (default ``adjoint="discrete"``, tangent-aware step control on);
+  * the same gradient's program called directly (ahead-of-time compiled, no ``jax.jit``
+    dispatch): the difference to the row above is the dispatch;
   * the Jacobian of the final GC (2 outputs) w.r.t. the same parameters by forward mode;
   * the floor of any reverse pass: one VJP of the vector field per recorded step and
     replayed stage, back to back, nothing else;
@@ -134,6 +136,8 @@ def main(argv=None) -> None:
     forward = jax.jit(gc_integrate)
     recording = jax.jit(lambda p: gc(p, "discrete"))
     grad_rev = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0]))
+    # the same program called directly, without jax.jit's dispatch (ahead-of-time compiled)
+    grad_aot = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0])).lower(params).compile()
     jac_fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "discrete")))
     # -- floor of any reverse pass built from VJPs of the vector field ---------------------
     # The recorded solve has K accepted steps of S stages; a reverse pass needs (at least)
@@ -174,10 +178,12 @@ def main(argv=None) -> None:
 
     timings = timed_side_by_side({
         "forward": (forward, (params,)), "recording": (recording, (params,)), "reverse": (grad_rev, (params,)),
+        "reverse_aot": (grad_aot, (params,)),
         "jacfwd": (jac_fwd, (params,)), "vjps": (vjp_floor, (vf_params, x)), "fields": (field_floor, (vf_params, x)),
     }, repeats=args.repeats)
     (c_f, s_f, b_f), (c_d, s_d, b_d), (c_r, s_r, b_r), (c_j, s_j, _), (c_v, s_v, b_v), (c_e, s_e, _) = (
         timings[k] for k in ("forward", "recording", "reverse", "jacfwd", "vjps", "fields"))
+    s_a = timings["reverse_aot"][1]
     g_rev = np.asarray(jax.flatten_util.ravel_pytree(grad_rev(params))[0])
     g_fwd = np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], jac_fwd(params)))[0])
     agree = float(np.max(np.abs(g_rev - g_fwd)) / np.max(np.abs(g_fwd)))
@@ -186,6 +192,8 @@ def main(argv=None) -> None:
     rows.append(("forward solve (final GC)", c_f, s_f, 1.0, "jit(rb.integrate), Dopri8"))
     rows.append(("discrete adjoint primal", c_d, s_d, s_d / s_f, f"recording pass; |GC - integrate| {prim:.1e}"))
     rows.append((f"gradient, reverse ({n_params} params)", c_r, s_r, s_r / s_f, f"rev vs fwd rel. diff {agree:.1e}"))
+    rows.append(("gradient, called AOT-compiled", None, s_a, s_a / s_f,
+                 "jax.jit(g).lower(p).compile(): the same program without jax.jit's dispatch"))
     rows.append((f"Jacobian, forward ({n_params} params)", c_j, s_j, s_j / s_f, "2 outputs"))
     rows.append((f"{n_vjp} VJPs of the field only", c_v, s_v, s_v / s_f,
                  f"{int(record.num_accepted)} recorded steps x {n_stages} stages, back to back"))
@@ -197,7 +205,8 @@ def main(argv=None) -> None:
     print("-" * 100)
     for name, comp, steady, ratio, note in rows:
         r = "" if ratio is None else f"{ratio:9.2f}"
-        print(f"{name:38s} {comp:10.2f} {steady * 1e3:10.4f} {r:>9s}  {note}")
+        c = "" if comp is None else f"{comp:10.2f}"
+        print(f"{name:38s} {c:>10s} {steady * 1e3:10.4f} {r:>9s}  {note}")
     print()
     print(f"autodiff Jacobian is {s_cs / s_ad:.1f}x faster than complex step")
     print(f"forward solve: field evaluations {100 * s_e / s_f:.0f} % of its time, "

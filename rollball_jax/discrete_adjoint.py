@@ -29,7 +29,10 @@ exact derivative of the recorded discrete map, at any horizon.
    rounding, at ~70 % of its time and ~60 % of its compile (paper ball, 75 parameters:
    ``docs/derivatives.md``). Forward mode and every derivative of the sweep itself
    (second order) still go through the replay's chunk rule, so every nesting above keeps
-   working (dense saves included).
+   working (dense saves included). The sweep is a ``jax.custom_jvp`` function
+   (:func:`_sweep`) and the reverse rule's forward half is the replay's own program, so
+   the program of ``jax.jit(jax.grad(f))`` holds no hijax primitive and is dispatched by
+   JAX's C++ cache (a program holding one is re-lowered in Python on every call).
 
 Memory: about ``3·K`` numbers for a solve of ``K`` (accepted) steps, plus one state
 ``(N,)`` per chunk of 16 steps, plus, in the backward pass, one chunk's stage inputs
@@ -39,6 +42,8 @@ Memory: about ``3·K`` numbers for a solve of ``K`` (accepted) steps, plus one s
 """
 
 from __future__ import annotations
+
+import functools
 
 import diffrax as dfx
 import equinox as eqx
@@ -283,7 +288,10 @@ def _batched_out(axis_data, in_dims, out_aval):
 class _Replay(hx.VJPHiPrimitive):
     """``S = replay(params, x0; record, save_ts)`` ``(T, N)``. Value,
     forward mode and every higher order: :func:`_replay` (custom-JVP chunks). Reverse mode:
-    :class:`_ReplayVJP`, whose value is the hand-written sweep of :mod:`._reverse_sweep`."""
+    :func:`_sweep`, the hand-written sweep of :mod:`._reverse_sweep`. Its reverse rule emits
+    no primitive of its own (the replay's program forward, ``_sweep`` backward), so a
+    jitted gradient's program is plain JAX; a program that holds this primitive (the
+    value or forward mode under ``jax.jit``) goes through JAX's Python dispatch."""
 
     def __init__(self, static, params, x0, record, save_ts):
         self.in_avals = jax.tree.map(jax.typeof, (params, x0, record, save_ts))
@@ -303,7 +311,10 @@ class _Replay(hx.VJPHiPrimitive):
         return jax.jvp(self._fn(record, save_ts), (params, x0), (tp, tx))
 
     def vjp_fwd(self, nzs_in, params, x0, record, save_ts):
-        return self(params, x0, record, save_ts), (params, x0, record, save_ts)
+        # The replay's own (lo) program, not this primitive again: under ``jax.jit(jax.grad(f))``
+        # the staged program then holds no hijax primitive and ``jax.jit`` caches its
+        # dispatch; an outer differentiation (second order) differentiates that program.
+        return self.expand(params, x0, record, save_ts), (params, x0, record, save_ts)
 
     # jax.linearize: the replay's JVP (transposed by JAX if the linear map is transposed)
     def lin(self, nzs_in, params, x0, record, save_ts):
@@ -316,57 +327,31 @@ class _Replay(hx.VJPHiPrimitive):
     def vjp_bwd_retval(self, res, ct):
         params, x0, record, save_ts = res
         ct = _instantiate(ct, jnp.zeros(self.out_aval.shape, self.out_aval.dtype))
-        p_bar, x_bar = _ReplayVJP(self.static, params, x0, record, save_ts, ct)(params, x0, record, save_ts, ct)
+        p_bar, x_bar = _sweep(self.static, params, x0, record, save_ts, ct)
         return p_bar, x_bar, jax.tree.map(jnp.zeros_like, record), jnp.zeros_like(save_ts)
 
     def batch_dim_rule(self, axis_data, in_dims):
         return _batched_out(axis_data, in_dims, self.out_aval)
 
 
-class _ReplayVJP(hx.VJPHiPrimitive):
-    """``(p̄, x̄0)`` of the replay for the cotangent ``ct`` ``(T, N)`` of its saves. Value:
-    :func:`._reverse_sweep.reverse_sweep`. Its own derivatives (``jax.hessian`` is forward
-    over reverse; ``jacrev∘jacrev``) are those of JAX's transpose of :func:`_replay`, whose
-    loops have static length: the same numbers to rounding, at the cost of that route."""
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _sweep(static, params, x0, record, save_ts, ct):
+    """``(p̄, x̄0)`` of the replay for the cotangent ``ct`` ``(T, N)`` of its saves: the
+    hand-written sweep of :mod:`._reverse_sweep`. Its own derivatives (``jax.hessian`` is
+    forward over reverse; ``jacrev∘jacrev``) are those of JAX's transpose of
+    :func:`_replay`, whose loops have static length: the same numbers to rounding, at the
+    cost of that route. A ``custom_jvp`` function, not a hijax primitive: a program that
+    holds no hijax primitive is cached by ``jax.jit``'s C++ dispatch, so a jitted
+    gradient calls its executable directly (measured: ``docs/derivatives.md``)."""
+    return reverse_sweep(static.tab, static.vf, params, record, ct, CHUNK, dense=static.dense, save_ts=save_ts)
 
-    def __init__(self, static, params, x0, record, save_ts, ct):
-        self.in_avals = jax.tree.map(jax.typeof, (params, x0, record, save_ts, ct))
-        self.out_aval = jax.tree.map(jax.typeof, (params, x0))
-        self.params = dict(static=static)
-        super().__init__()
 
-    def _transpose(self, record, save_ts):
-        replay = _replay_of(self.static, record, save_ts)
-        return lambda p, x, ct: jax.vjp(replay, p, x)[1](ct)
-
-    def expand(self, params, x0, record, save_ts, ct):
-        st = self.static
-        return reverse_sweep(st.tab, st.vf, params, record, ct, CHUNK, dense=st.dense, save_ts=save_ts)
-
-    def jvp(self, primals, tangents):
-        params, x0, record, save_ts, ct = primals
-        tan = (_instantiate(tangents[0], params), _instantiate(tangents[1], x0), _instantiate(tangents[4], ct))
-        return jax.jvp(self._transpose(record, save_ts), (params, x0, ct), tan)
-
-    def vjp_fwd(self, nzs_in, params, x0, record, save_ts, ct):
-        return self(params, x0, record, save_ts, ct), (params, x0, record, save_ts, ct)
-
-    def lin(self, nzs_in, params, x0, record, save_ts, ct):
-        return self(params, x0, record, save_ts, ct), (params, x0, record, save_ts, ct)
-
-    def linearized(self, res, tp, tx, _trec, _tts, tct):
-        params, x0, record, save_ts, ct = res
-        tan = (_instantiate(tp, params), _instantiate(tx, x0), _instantiate(tct, ct))
-        return jax.jvp(self._transpose(record, save_ts), (params, x0, ct), tan)[1]
-
-    def vjp_bwd_retval(self, res, g):
-        params, x0, record, save_ts, ct = res
-        g = (_instantiate(g[0], params), _instantiate(g[1], x0))
-        gp, gx, gct = jax.vjp(self._transpose(record, save_ts), params, x0, ct)[1](g)
-        return gp, gx, jax.tree.map(jnp.zeros_like, record), jnp.zeros_like(save_ts), gct
-
-    def batch_dim_rule(self, axis_data, in_dims):
-        return _batched_out(axis_data, in_dims, self.out_aval)
+@_sweep.defjvp
+def _sweep_jvp(static, primals, tangents):
+    params, x0, record, save_ts, ct = primals
+    tp, tx, _, _, tct = tangents
+    replay = _replay_of(static, record, save_ts)
+    return jax.jvp(lambda p, x, c: jax.vjp(replay, p, x)[1](c), (params, x0, ct), (tp, tx, tct))
 
 
 def _replay_primitive(vf, tab, dense, max_steps, params, x0, record, save_ts):

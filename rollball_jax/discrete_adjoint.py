@@ -289,9 +289,9 @@ class _Replay(hx.VJPHiPrimitive):
     """``S = replay(params, x0; record, save_ts)`` ``(T, N)``. Value,
     forward mode and every higher order: :func:`_replay` (custom-JVP chunks). Reverse mode:
     :func:`_sweep`, the hand-written sweep of :mod:`._reverse_sweep`. Its reverse rule emits
-    no primitive of its own (the replay's program forward, ``_sweep`` backward), so a
-    jitted gradient's program is plain JAX; a program that holds this primitive (the
-    value or forward mode under ``jax.jit``) goes through JAX's Python dispatch."""
+    no primitive of its own (the replay's program forward, ``_sweep`` backward), nor do
+    its ``jvp`` and ``lin`` rules, so a jitted derivative's program is plain JAX; only a
+    program of the value alone holds this primitive (JAX's Python dispatch per call)."""
 
     def __init__(self, static, params, x0, record, save_ts):
         self.in_avals = jax.tree.map(jax.typeof, (params, x0, record, save_ts))
@@ -318,7 +318,7 @@ class _Replay(hx.VJPHiPrimitive):
 
     # jax.linearize: the replay's JVP (transposed by JAX if the linear map is transposed)
     def lin(self, nzs_in, params, x0, record, save_ts):
-        return self(params, x0, record, save_ts), (params, x0, record, save_ts)
+        return self.expand(params, x0, record, save_ts), (params, x0, record, save_ts)  # as vjp_fwd
 
     def linearized(self, res, tp, tx, *_):
         params, x0, record, save_ts = res

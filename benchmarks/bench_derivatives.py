@@ -136,7 +136,9 @@ def main(argv=None) -> None:
     forward = jax.jit(gc_integrate)
     recording = jax.jit(lambda p: gc(p, "discrete"))
     grad_rev = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0]))
-    # the same program called directly, without jax.jit's dispatch (ahead-of-time compiled)
+    # The same program called directly, without jax.jit's dispatch (ahead-of-time compiled).
+    # Its own jax.jit object: ``grad_rev.lower(...).compile()`` here would fill grad_rev's
+    # caches, and its first call below would no longer include the compile.
     grad_aot = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0])).lower(params).compile()
     jac_fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "discrete")))
     # -- floor of any reverse pass built from VJPs of the vector field ---------------------

@@ -11,6 +11,9 @@ Rows:
     (default ``adjoint="discrete"``, tangent-aware step control on);
   * the same gradient's program called directly (ahead-of-time compiled, no ``jax.jit``
     dispatch): the difference to the row above is the dispatch;
+  * the recording pass and the gradient with ``tangent_control="bound"`` (the tangent
+    bound: one field evaluation a step instead of a carried probe tangent), and how far
+    the gradient is from the default's;
   * the Jacobian of the final GC (2 outputs) w.r.t. the same parameters by forward mode;
   * the floor of any reverse pass: one VJP of the vector field per recorded step and
     replayed stage, back to back, nothing else;
@@ -124,9 +127,10 @@ def main(argv=None) -> None:
     params, static = eqx.partition((ball, ctl, x0), eqx.is_array)
     n_params = sum(leaf.size for leaf in jax.tree_util.tree_leaves(params))
 
-    def gc(p, adjoint):
+    def gc(p, adjoint, tangent_control=True):
         model, control, y0 = eqx.combine(p, static)
-        return rb.final_gc(model, control, y0, T_SPAN, rtol=TOL, atol=TOL, adjoint=adjoint)[:2]
+        return rb.final_gc(model, control, y0, T_SPAN, rtol=TOL, atol=TOL, adjoint=adjoint,
+                           tangent_control=tangent_control)[:2]
 
     def gc_integrate(p):
         model, control, y0 = eqx.combine(p, static)
@@ -141,6 +145,8 @@ def main(argv=None) -> None:
     # caches, and its first call below would no longer include the compile.
     grad_aot = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0])).lower(params).compile()
     jac_fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "discrete")))
+    recording_bound = jax.jit(lambda p: gc(p, "discrete", "bound"))
+    grad_bound = jax.jit(jax.grad(lambda p: gc(p, "discrete", "bound")[0]))
     # -- floor of any reverse pass built from VJPs of the vector field ---------------------
     # The recorded solve has K accepted steps of S stages; a reverse pass needs (at least)
     # one VJP of the field w.r.t. (state, parameters) per stage. Here exactly K·S of them
@@ -181,11 +187,14 @@ def main(argv=None) -> None:
     timings = timed_side_by_side({
         "forward": (forward, (params,)), "recording": (recording, (params,)), "reverse": (grad_rev, (params,)),
         "reverse_aot": (grad_aot, (params,)),
+        "recording_bound": (recording_bound, (params,)), "reverse_bound": (grad_bound, (params,)),
         "jacfwd": (jac_fwd, (params,)), "vjps": (vjp_floor, (vf_params, x)), "fields": (field_floor, (vf_params, x)),
     }, repeats=args.repeats)
     (c_f, s_f, b_f), (c_d, s_d, b_d), (c_r, s_r, b_r), (c_j, s_j, _), (c_v, s_v, b_v), (c_e, s_e, _) = (
         timings[k] for k in ("forward", "recording", "reverse", "jacfwd", "vjps", "fields"))
     s_a = timings["reverse_aot"][1]
+    (c_db, s_db, _), (c_rb, s_rb, b_rb) = timings["recording_bound"], timings["reverse_bound"]
+    g_bound = np.asarray(jax.flatten_util.ravel_pytree(grad_bound(params))[0])
     g_rev = np.asarray(jax.flatten_util.ravel_pytree(grad_rev(params))[0])
     g_fwd = np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], jac_fwd(params)))[0])
     agree = float(np.max(np.abs(g_rev - g_fwd)) / np.max(np.abs(g_fwd)))
@@ -196,6 +205,9 @@ def main(argv=None) -> None:
     rows.append((f"gradient, reverse ({n_params} params)", c_r, s_r, s_r / s_f, f"rev vs fwd rel. diff {agree:.1e}"))
     rows.append(("gradient, called AOT-compiled", None, s_a, s_a / s_f,
                  "jax.jit(g).lower(p).compile(): the same program without jax.jit's dispatch"))
+    rows.append(("recording pass, tangent bound", c_db, s_db, s_db / s_f, 'tangent_control="bound"'))
+    rows.append(("gradient, tangent bound", c_rb, s_rb, s_rb / s_f,
+                 f"rel. diff to the default's gradient {float(np.max(np.abs(g_bound - g_rev)) / np.max(np.abs(g_rev))):.1e}"))
     rows.append((f"Jacobian, forward ({n_params} params)", c_j, s_j, s_j / s_f, "2 outputs"))
     rows.append((f"{n_vjp} VJPs of the field only", c_v, s_v, s_v / s_f,
                  f"{int(record.num_accepted)} recorded steps x {n_stages} stages, back to back"))
@@ -214,7 +226,9 @@ def main(argv=None) -> None:
     print(f"forward solve: field evaluations {100 * s_e / s_f:.0f} % of its time, "
           f"loop, step control and stage sums {1e3 * (s_f - s_e):.2f} ms")
     print(f"gradient_floor_over_forward: {(s_d + s_v) / s_f:.2f}  (recording pass + the VJPs alone)")
-    print(f"best of {3 * args.repeats}: gradient/forward {b_r / b_f:.2f}, floor/forward {(b_d + b_v) / b_f:.2f}")
+    print(f"best of {3 * args.repeats}: gradient/forward {b_r / b_f:.2f}, floor/forward {(b_d + b_v) / b_f:.2f}, "
+          f"tangent-bound gradient/forward {b_rb / b_f:.2f}")
+    print(f"tangent_bound_gradient_over_forward: {s_rb / s_f:.2f}")
     print(f"gradient_compile_s: {c_r:.2f}")
     print(f"gradient_over_forward: {s_r / s_f:.2f}")
 

@@ -55,12 +55,15 @@ PROBE_EPS = 1e-5
 #: 1         69 steps, 3.4e-11             3.2e-7 / 2.9e-9                   3.1e-11 / 3.2e-6
 #: 10        55 steps, 2.4e-10             1.3e-6 / 2.6e-8                   1.9e-10 / 6.4e-5
 #: 100       49 steps, 4.4e-10             5.7e-6 / 3.5e-8                   1.6e-9 / 6.4e-4
-#: no probe  47 steps, 6.0e-10             5.7e-6 / 4.7e-8                   O(1) wrong
+#: no probe  50 steps, 5.2e-10             5.7e-6 / 4.7e-8                   O(1) wrong
 #: ========  ===========================  ==============================  ====================
 #:
 #: With 10 the derivative is more accurate than the plain solve's own steps give, the
 #: equilibrium is resolved, and a derivative costs ~20 % less than with 1 (over [0, 100]:
-#: 291 steps instead of 382).
+#: 291 steps instead of 382). (The no-probe row measured 2026-12-05, the others earlier.)
+#: The tangent bound (``adaptive_solve(..., probe="bound")``) holds its bound to the same
+#: factor: 51 steps, 6.0e-10; 7.0e-6 / 4.3e-8; disk 5.7e-11 / 3.5e-6 (factor 1: 54 steps,
+#: 4.4e-10; 3.0e-6 / 3.2e-8; disk 5.4e-12 / 1.4e-7).
 TANGENT_TOLERANCE_FACTOR = 10.0
 
 
@@ -139,7 +142,8 @@ def rk_stages(tab: Tableau, f, t0, t1, y0, n_stages: int | None = None):
     return stage_loop(tab, f, t0, t1, y0, jnp.zeros((S,) + y0.shape, y0.dtype), scatter=True)
 
 
-def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, scatter: bool = False):
+def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, scatter: bool = False,
+               A=None, C=None, shift=None):
     """The stage loop of every explicit RK step in the package (the discrete adjoint's
     recording pass and replay, the batch group loops): for ``i = start, …, S − 1`` (``S =
     K.shape[0]``) ``K[i] = h·f(t_i, y0 + Σ_j A[i, j]·K[j])``, ``t_i = t0 + C[i]·h`` (``t1``
@@ -152,15 +156,20 @@ def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, sc
     (``dynamic_update_slice``) unless ``scatter``: measured, the recording pass's ``while``
     loop is much faster in place (reverse gradient of the paper ball 8.1 vs 11.1 ms with a
     scatter in both loops), the replay's static loop under forward mode with a scatter (see
-    :func:`rk_stages`)."""
+    :func:`rk_stages`). ``A`` ``(S, S)`` and ``C`` ``(S,)`` replace the tableau's (the
+    recording pass appends a stage); ``shift`` ``(S, ...)`` is added to the stage inputs."""
     S = K.shape[0]
-    _, A, C = stage_matrices(tab)
-    A, C = jnp.asarray(A[:S, :S]), jnp.asarray(C[:S])
+    if A is None:
+        _, A, C = stage_matrices(tab)
+        A, C = A[:S, :S], C[:S]
+    A, C = jnp.asarray(A), jnp.asarray(C)
     h = t1 - t0 if h is None else h
     combine = _weighted_sum if combine is None else combine
 
     def stage(i, K):
         yi = y0 + combine(A[i], K)
+        if shift is not None:
+            yi = yi + shift[i]
         ti = jnp.where(C[i] == 1.0, t1, t0 + C[i] * h)
         k = h * f(ti, yi)
         return K.at[i].set(k) if scatter else lax.dynamic_update_index_in_dim(K, k, i, 0)
@@ -200,6 +209,20 @@ def stage_matrices(tab: Tableau):
     for i, a in enumerate(tab.a):
         A[i + 1, : len(a)] = a
     return S, A, np.concatenate([[0.0], np.asarray(tab.c)])
+
+
+def error_polynomial(tab: Tableau) -> tuple[float, ...]:
+    """``(e_1, …, e_S)``: the embedded error estimate of one step of the linear equation
+    ``v̇ = λv`` is ``Σ_q e_q (hλ)^q v`` with ``e_q = b_errᵀ A^{q−1} 1`` (``A`` is strictly lower
+    triangular, so this is a polynomial). Coefficients the order conditions make zero (below
+    1e-14 in magnitude: rounding) are 0. Dopri8: the first nonzero is ``e_8`` = −2.4e-7."""
+    S, A, _ = stage_matrices(tab)
+    b_err, w, coef = np.asarray(tab.b_err), np.ones(S), []
+    for _ in range(S):
+        c = float(b_err @ w)
+        coef.append(c if abs(c) > 1e-14 else 0.0)
+        w = A @ w
+    return tuple(coef)
 
 
 def _weighted_sum(w, K):
@@ -296,15 +319,33 @@ def adaptive_solve(
     probe_v0=None,
     rolled: bool = True,
     dense: bool = False,
+    probe: str = "tangent",
 ):
     """Adaptive solve over ``[t0, t1]`` that steps onto every save time and records its steps.
 
     ``f(t, y)``: vector field. ``save_ts`` ``(T,)`` (within [t0, t1]) are step stops: the
-    states there are step ends, not interpolated. ``probe_v0`` ``(1, N)`` (optional): a
-    probe tangent of the variational equation ``v̇ = ∂f/∂y·v``, carried as a perturbed copy
-    of the state; its local error is controlled too (derivative-aware step control, as
-    CVODES does for forward sensitivities with ``errconS`` on), with tolerances
-    ``TANGENT_TOLERANCE_FACTOR`` times the state's.
+    states there are step ends, not interpolated. ``probe_v0`` ``(1, N)`` (optional): turns
+    on step control that also sees the variational equation ``v̇ = J·v``, ``J = ∂f/∂y`` (so
+    that a state at rest, whose own error estimate is zero, still gets steps that resolve
+    its linearised motion), starting from this direction; ``probe`` chooses how:
+
+    * ``"tangent"`` (default): the probe tangent ``v`` is carried as a perturbed copy
+      ``y + ε·v`` of the state through every stage and its local error is controlled too
+      (as CVODES does for forward sensitivities with ``errconS`` on), with tolerances
+      ``TANGENT_TOLERANCE_FACTOR`` times the state's. Costs a second state.
+    * ``"bound"``: the **tangent bound**. Each step appends one stage to its stage loop,
+      ``f(t_b, y_1 + ε·u)`` (two without FSAL), giving ``J·u`` by a finite difference: one
+      power-iteration step, ``ρ = ‖J·u‖`` (RMS, ``‖u‖ = 1``) estimates the largest
+      ``|eigenvalue|`` of ``J``, and ``u ← J·u/ρ`` on acceptance. A step of size ``h``
+      passes only if, besides the state's error test, the error estimate the solver would
+      make for a unit tangent of ``v̇ = J·v`` with ``J`` of spectral radius ``ρ``, bounded
+      by ``Σ_q |e_q| (hρ)^q`` (``e_q``: :func:`error_polynomial`; Dopri8: ≈ 2.4e-7·(hρ)^8), is within
+      ``TANGENT_TOLERANCE_FACTOR·(atol + rtol)``, ``ρ`` being the larger of its values at
+      the step's start and end. One field evaluation a step instead of a second state. It
+      assumes ``J`` locally constant (the state's own test covers its variation), so the
+      derivative is about as accurate as the solve's own steps make it, not more; and it
+      keeps ``hρ`` bounded for a fast *decaying* mode too, where a carried tangent would
+      have decayed and stopped restricting the steps.
 
     ``dense``: the save times are not step stops (only ``t1`` is); for each save time the
     record holds the accepted step that contains it (``save_step``) and, in ``saves``, the state there by that step's dense output
@@ -324,14 +365,17 @@ def adaptive_solve(
     save_ts = jnp.stack([t0, t1]) if save_ts is None else jnp.asarray(save_ts, dtype=y0.dtype)
     T = save_ts.shape[0]
     stop_ts = save_ts[-1:] if dense else save_ts
-    use_probe = probe_v0 is not None
+    if probe not in ("tangent", "bound"):
+        raise ValueError(f"probe must be 'tangent' or 'bound', got {probe!r}")
+    use_copy = probe_v0 is not None and probe == "tangent"
+    use_probe = probe_v0 is not None and probe == "bound"  # the tangent bound
+    F, z0 = f, y0
+    if probe_v0 is not None and probe_v0.shape[0] != 1:
+        raise ValueError("one probe direction is supported")
 
-    if use_probe:
-        if probe_v0.shape[0] != 1:
-            raise ValueError("one probe tangent is supported")
+    if use_copy:
         # The probe rides along as a perturbed copy y + ε·v, both evaluated in one
-        # vmapped call (on the CPU the cost is per operation, so two states cost about
-        # one); its tangent is (copy − y)/ε. ε is small enough that the copy follows
+        # vmapped call; its tangent is (copy − y)/ε. ε is small enough that the copy follows
         # the linearisation and large enough that rounding in the difference
         # (~1e-16/ε relative) stays far below the tolerances.
         eps = PROBE_EPS * (1.0 + jnp.max(jnp.abs(y0)))
@@ -341,9 +385,23 @@ def adaptive_solve(
             return fv(t, z)
 
         z0 = jnp.stack([y0, y0 + eps * jnp.asarray(probe_v0[0], dtype=y0.dtype) / jnp.sqrt(jnp.mean(probe_v0[0] ** 2))])
-    else:
-        F = f
-        z0 = y0
+
+    if use_probe:
+        # Tangent bound (see the docstring). The product J·u is a finite difference
+        # (f(t, y + ε·u) − f(t, y))/ε: ε small enough to follow the linearisation, large
+        # enough that rounding in the difference (~1e-16/ε relative) stays far below the
+        # tolerances.
+        eps = PROBE_EPS * (1.0 + jnp.max(jnp.abs(y0)))
+        u0 = jnp.asarray(probe_v0[0], dtype=y0.dtype)
+        u0 = u0 / _rms(u0)
+        e_coef = [abs(c) for c in error_polynomial(tab)]
+        tangent_tol = TANGENT_TOLERANCE_FACTOR * (atol + rtol)
+
+        def tangent_error(hr):
+            """Error estimate of a step ``h`` for a unit tangent of ``v̇ = J·v``, ``hr = h·ρ``,
+            scaled by its tolerance: ``Σ_q |e_q| (hρ)^q / tangent_tol``."""
+            bound = sum(c * hr ** (q + 1) for q, c in enumerate(e_coef) if c)
+            return jnp.where(jnp.isnan(bound), jnp.inf, bound) / tangent_tol
 
     def add(a, b):
         return jax.tree.map(jnp.add, a, b)
@@ -357,30 +415,55 @@ def adaptive_solve(
             err = jnp.where(jnp.isnan(err), jnp.inf, err)
             return _rms(err / (atol + rtol * jnp.maximum(jnp.abs(a), jnp.abs(b))))
 
-        if use_probe:
+        if use_copy:
             tangent = lambda z: (z[1] - z[0]) / eps
             return jnp.maximum(one(z0_[0], z1_[0], e[0]), one(tangent(z0_), tangent(z1_), tangent(e)) / TANGENT_TOLERANCE_FACTOR)
         return one(z0_, z1_, e)
 
     if rolled:
-        S_ = stage_matrices(tab)[0]
+        S_, A_, C_ = stage_matrices(tab)
         B_sol, B_err = jnp.asarray(tab.b_sol), jnp.asarray(tab.b_err)
+        if use_probe:
+            # Appended stages: f(t_b, y_1 + ε·u) (and, without FSAL, f(t_b, y_1) first): the
+            # tangent bound's product J·u in the step's own loop (one copy of f in the program).
+            n_x = 1 if tab.fsal else 2
+            A_x = np.zeros((S_ + n_x, S_ + n_x))
+            A_x[:S_, :S_] = A_
+            A_x[S_:, :S_] = np.asarray(tab.b_sol)
+            C_x = np.concatenate([C_, np.ones(n_x)])
+            end_row = S_ - 1 if tab.fsal else S_  # the stage that is f(t_b, y_1)
 
-    def step_rolled(ta, tb, z, fz, fresh):
+    def power_step(h, k_end, k_shifted, u):
+        """``(ρ, u')`` from ``k_end = h·f(t_b, y_1)`` and ``k_shifted = h·f(t_b, y_1 + ε·u)``:
+        ``J·u``, its RMS ``ρ`` (``‖u‖ = 1``) and the next direction ``J·u/ρ`` (``u``
+        itself if ``J·u = 0``)."""
+        ju = (k_shifted - k_end) / (h * eps)
+        r = _rms(ju)
+        return r, jnp.where(r > 0, ju / jnp.where(r > 0, r, 1.0), u)
+
+    def step_rolled(ta, tb, z, fz, fresh, u=None):
         # Stages in a loop around one copy of the vector field: ~10x faster to compile
         # than the unrolled stages, ~1.2x slower to run (measured, paper ball). With
         # ``fresh`` (first step, after a jump, or a solver without FSAL) the loop starts
         # at stage 0 and evaluates f(ta, z) itself (A[0] = 0, C[0] = 0): no second copy
         # of the vector field in the program.
         h = tb - ta
-        K = jnp.zeros((S_,) + z.shape, z.dtype).at[0].set(h * fz)
-        K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1))
+        if u is None:
+            K = jnp.zeros((S_,) + z.shape, z.dtype).at[0].set(h * fz)
+            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1))
+            rho_u = None
+        else:
+            K = jnp.zeros((S_ + n_x,) + z.shape, z.dtype).at[0].set(h * fz)
+            shift = jnp.zeros_like(K).at[-1].set(eps * u)
+            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), A=A_x, C=C_x, shift=shift)
+            rho_u = power_step(h, K[end_row], K[-1], u)
+            K = K[:S_]
         z1 = z + _weighted_sum(B_sol, K)
         err = _weighted_sum(B_err, K)
-        return z1, err, K[-1] / h, K
+        return z1, err, K[-1] / h, K, rho_u
 
     # Generic (pytree) RK step for the augmented state.
-    def step_unrolled(ta, tb, z, fz, fresh):
+    def step_unrolled(ta, tb, z, fz, fresh, u=None):
         del fresh  # the caller re-evaluated fz
         h = tb - ta
         ks = [scale(h, fz)]
@@ -405,7 +488,13 @@ def adaptive_solve(
         for c, k in zip(tab.b_err, ks):
             if c != 0.0:
                 err = scale(c, k) if err is None else add(err, scale(c, k))
-        return z1, err, fi, jax.tree.map(lambda *k: jnp.stack(k), *ks)
+        K = jnp.stack(ks)
+        rho_u = None
+        if u is not None:
+            f1 = fi if tab.fsal else F(tb, z1)
+            h = tb - ta
+            rho_u = power_step(h, h * f1, h * F(tb, z1 + eps * u), u)
+        return z1, err, fi, K, rho_u
 
     step = step_rolled if rolled else step_unrolled
     # The rolled step evaluates the first stage itself when told (``fresh``); the unrolled
@@ -445,6 +534,10 @@ def adaptive_solve(
         tprev=jnp.asarray(t0, dtype), tnext=tnext, z=z0, fz=fz0, made_jump=jnp.asarray(rolled),
         n_steps=jnp.asarray(0, jnp.int32), n_acc=jnp.asarray(0, jnp.int32), run=jnp.asarray(0, jnp.int32), rec=rec0,
     )
+    if use_probe:
+        # ρ at the start of the next step (0 before the first: that step is judged by the
+        # ρ at its end alone) and the power iteration's direction
+        state0.update(rho=jnp.zeros((), dtype), u=u0)
 
     def cond(s):
         return (s["tprev"] < t1) & (s["n_steps"] < K) & (s["run"] < MAX_CONSECUTIVE_REJECTIONS)
@@ -455,8 +548,11 @@ def adaptive_solve(
             fz = s["fz"]
         else:
             fz = lax.cond(s["made_jump"], lambda: F(ta, z), lambda: s["fz"]) if jump_ts.shape[0] else s["fz"]
-        z1, err, f_last, K_step = step(ta, tb, z, fz, s["made_jump"])
+        z1, err, f_last, K_step, rho_u = step(ta, tb, z, fz, s["made_jump"], s["u"] if use_probe else None)
         serr = _err_norm(z, z1, err)
+        if use_probe:
+            # the tangent bound with the larger of the ρ at the step's two ends
+            serr = jnp.maximum(serr, tangent_error((tb - ta) * jnp.maximum(s["rho"], rho_u[0])))
         keep = serr < 1.0
         inv = lax.stop_gradient(1.0 / serr)
         factor = jnp.clip(SAFETY * inv ** (1.0 / tab.error_order), jnp.where(keep, 1.0, FACTOR_MIN), jnp.where(keep, FACTOR_MAX, SAFETY))
@@ -471,7 +567,7 @@ def adaptive_solve(
 
         n = s["n_acc"]
         rec = s["rec"]
-        y1 = z1[0] if use_probe else z1
+        y1 = z1[0] if use_copy else z1
         if tab.fsal:
             f_next = f_last
         elif rolled:
@@ -495,8 +591,8 @@ def adaptive_solve(
             # Saves in (t_a, t_b] (or in the gap a jump hops over, up to nt0; t0's in the first
             # step) not yet written get this step's dense output.
             new = keep & (rec["save_step"] < 0) & (save_ts <= jnp.maximum(tb, nt0))
-            y_a = z[0] if use_probe else z
-            vals = interpolate_saves(tab, ta, tb, y_a, y1, K_step[:, 0] if use_probe else K_step, save_ts)
+            y_a = z[0] if use_copy else z
+            vals = interpolate_saves(tab, ta, tb, y_a, y1, K_step[:, 0] if use_copy else K_step, save_ts)
             saves_update = dict(
                 save_index=rec["save_index"],  # unused (all -1): dense saves are keyed by save_step
                 saves=jnp.where(new[:, None], vals, rec["saves"]),
@@ -526,11 +622,12 @@ def adaptive_solve(
             n_acc=n + keep.astype(jnp.int32),
             run=jnp.where(keep, 0, s["run"] + 1),  # rejected steps in a row
             rec=rec,
+            **({"rho": jnp.where(keep, rho_u[0], s["rho"]), "u": jnp.where(keep, rho_u[1], s["u"])} if use_probe else {}),
         )
 
     s = lax.while_loop(cond, body, state0)
     n_acc = s["n_acc"]
-    y_end = s["z"][0] if use_probe else s["z"]
+    y_end = s["z"][0] if use_copy else s["z"]
     rec = s["rec"]
     # The final (partial) chunk's end state.
     last = -(-n_acc // chunk)

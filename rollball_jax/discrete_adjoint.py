@@ -10,7 +10,11 @@ A solve is done in two passes:
    controlled as well (to ``_rk.TANGENT_TOLERANCE_FACTOR`` = 10 times the state's
    tolerances), so that steps also resolve what the derivative sees (a state at rest,
    whose own error estimate is zero, still gets steps that resolve its linearised
-   oscillations — as CVODES can include forward sensitivities in its error test).
+   oscillations — as CVODES can include forward sensitivities in its error test). With
+   ``tangent_control="bound"`` the steps are instead bounded by the error the solver
+   would make on the linearised equation, from a power-iteration estimate of the
+   Jacobian's spectral radius (one field evaluation a step instead of a second state;
+   :func:`rollball_jax._rk.adaptive_solve`).
 2. **Replay.** The recorded steps are replayed, chunk by chunk, as a *fixed* sequence of
    Runge–Kutta maps. Each chunk is a ``jax.custom_jvp`` function whose primal value is
    looked up from the record (no recomputation) and whose tangent is the JVP of the
@@ -64,6 +68,22 @@ GROUP = 16  # chunks per group (groups past the last step are skipped with one c
 DEFAULT_MAX_STEPS = 4096
 
 
+TANGENT_CONTROLS = (True, False, "tangent", "bound")  # accepted values of ``tangent_control``
+
+
+def tangent_mode(tangent_control) -> str | None:
+    """The recording pass's derivative-aware step control for ``tangent_control``:
+    ``True`` or ``"tangent"`` → ``"tangent"`` (a carried probe tangent, the default),
+    ``"bound"`` → the tangent bound (:func:`rollball_jax._rk.adaptive_solve`), ``False``
+    or ``None`` → ``None`` (the state's own error test only). Raises ``ValueError`` for
+    anything else."""
+    if isinstance(tangent_control, (bool, np.bool_)):
+        return "tangent" if tangent_control else None
+    if tangent_control is None or tangent_control in ("tangent", "bound"):
+        return tangent_control
+    raise ValueError(f"tangent_control must be one of {TANGENT_CONTROLS}, got {tangent_control!r}")
+
+
 def _probe_direction(n: int) -> np.ndarray:
     """Fixed probe tangent (seeded): excites every mode of the linearisation."""
     return np.random.default_rng(20261130).standard_normal((1, n))
@@ -82,7 +102,7 @@ def solve(
     max_steps: int = DEFAULT_MAX_STEPS,
     dt0=None,
     dtmax=None,
-    tangent_control: bool = True,
+    tangent_control: bool | str | None = True,
     throw: bool = True,
     dense: bool = False,
 ):
@@ -100,7 +120,8 @@ def solve(
     ``MAX_CONSECUTIVE_REJECTIONS`` (100) times in a row ends there and raises saying so
     (a field that turned non-finite: it does not spend ``max_steps`` first). With
     ``throw=False`` either returns ``inf`` states instead, e.g. for an optimiser that must
-    reject the trial point. ``solver``: an explicit Runge–Kutta solver of diffrax
+    reject the trial point. ``tangent_control``: see :func:`tangent_mode` (``True``,
+    ``"tangent"``, ``"bound"``, ``False``/``None``). ``solver``: an explicit Runge–Kutta solver of diffrax
     (default ``Dopri8``); others raise :class:`~rollball_jax.errors.ModelError`.
 
     ``dense=True``: the save times are not step stops (only ``t1`` is); the state at each
@@ -113,6 +134,7 @@ def solve(
     about the tolerance (Dopri8's interpolant is of order 7); ``t1`` and save times that
     are step ends are the step ends exactly.
     """
+    mode = tangent_mode(tangent_control)
     solver = dfx.Dopri8() if solver is None else solver
     tab = _rk.Tableau.from_solver(solver)
     save_ts = jnp.asarray(save_ts, dtype=jnp.float64)
@@ -133,7 +155,7 @@ def solve(
     record, _, t_end, ok, stats = _rk.adaptive_solve(
         tab, own_executor(lambda t, y: vf(p_sg, t, y)), t0, t1, x0_sg, rtol=rtol, atol=atol, jump_ts=kinks,
         max_steps=max_steps, dt0=dt0, dtmax=dtmax, save_ts=lax.stop_gradient(save_ts), chunk=CHUNK,
-        probe_v0=jnp.asarray(_probe_direction(n)) if tangent_control else None, dense=dense,
+        probe_v0=None if mode is None else jnp.asarray(_probe_direction(n)), probe=mode or "tangent", dense=dense,
     )
     record = lax.stop_gradient(record)
 

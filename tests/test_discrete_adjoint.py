@@ -519,7 +519,7 @@ def test_stage_loop_from_a_preset_first_stage_and_per_member_steps():
 def test_recording_pass_holds_one_copy_of_the_field():
     """The recording pass evaluates the first stage inside its stage loop (first step, after
     a jump, or a solver without FSAL), so the field is traced once, with and without the
-    probe tangent; the result is unchanged: a linear oscillator with a jump time in the
+    probe tangent and with the tangent bound (its J·u is an appended stage of the same loop); the result is unchanged: a linear oscillator with a jump time in the
     forcing, x'' = −x + [t > 1], solved over [0, 3] against its closed form (tol 1e-10;
     measured 2e-11 and 1e-11 relative, bound 1e-9) with no rejected step (measured 0; with
     the jump time not honoured: 50 and 45 rejected, errors 4e-10 and 2e-9)."""
@@ -534,11 +534,12 @@ def test_recording_pass_holds_one_copy_of_the_field():
         return jnp.stack([y[1], -y[0] + jnp.where(t > 1.0, 1.0, 0.0)])
 
     exact = lambda t: np.array([np.cos(t) + (1 - np.cos(t - 1.0)), -np.sin(t) + np.sin(t - 1.0)])
-    for probe in (None, jnp.asarray(discrete_adjoint._probe_direction(2))):
+    direction = jnp.asarray(discrete_adjoint._probe_direction(2))
+    for probe, mode in ((None, "tangent"), (direction, "tangent"), (direction, "bound")):
         calls.clear()
         _, y_end, t_end, ok, stats = jax.jit(lambda: _rk.adaptive_solve(
             _rk.Tableau.from_solver(dfx.Dopri8()), rhs, 0.0, 3.0, jnp.array([1.0, 0.0]), rtol=1e-10, atol=1e-10,
-            jump_ts=jnp.array([1.0]), max_steps=256, probe_v0=probe))()
+            jump_ts=jnp.array([1.0]), max_steps=256, probe_v0=probe, probe=mode))()
         assert len(calls) == 1
         assert bool(ok) and rel(y_end, exact(3.0)) < 1e-9
         assert int(stats["num_rejected_steps"]) <= 2
@@ -547,9 +548,9 @@ def test_recording_pass_holds_one_copy_of_the_field():
 def test_probe_tolerance_is_ten_times_the_states():
     """The probe tangent is held to 10× the state's tolerances (``_rk.TANGENT_TOLERANCE_FACTOR``):
     on the paper ball over [0, 20] at tol 1e-10 the recording pass then takes 55 accepted
-    steps (measured; 69 with the state's own tolerances, 49 with 100×, 47 without the
+    steps (measured; 69 with the state's own tolerances, 49 with 100×, 50 without the
     probe: the count tells the factor apart), and its derivative ∂GC/∂x(0) is 2.4e-10 from
-    a tol-1e-13 solve (bound 5e-9; without the probe 6.0e-10)."""
+    a tol-1e-13 solve (bound 5e-9; without the probe 5.2e-10, measured 2026-12-05)."""
     import diffrax as dfx
 
     from rollball_jax import _rk, discrete_adjoint
@@ -562,6 +563,69 @@ def test_probe_tolerance_is_ten_times_the_states():
     assert abs(int(record.num_accepted) - 55) <= 2
     jac = lambda tol: jax.jacfwd(lambda y: rb.final_gc(ball, ctl, y, (0.0, 20.0), rtol=tol, atol=tol, max_steps=20000)[:2])(x0)
     assert rel(jac(TOL), jac(1e-13)) < 5e-9
+
+
+def test_error_polynomial_is_the_embedded_estimate_on_the_linear_equation():
+    """``_rk.error_polynomial``: one step of ẏ = λy (h = 1, y0 = 1) through the package's own
+    stage loop has embedded error estimate Σ_q e_q λ^q, for Dopri8 and Tsit5 and λ of
+    either sign (measured ≤ 2e-16 apart, the stage sums' rounding; bound 1e-13 + 1e-10
+    relative: an off-by-one power or a wrong matrix power is off by O(1)); Dopri8's first nonzero coefficient is e_8 (an error
+    estimate of order 8) = −2.4267e-7."""
+    import diffrax as dfx
+
+    from rollball_jax import _rk
+
+    for solver in (dfx.Dopri8(), dfx.Tsit5()):
+        tab = _rk.Tableau.from_solver(solver)
+        e = np.asarray(_rk.error_polynomial(tab))
+        S = _rk.stage_matrices(tab)[0]
+        for lam in (-0.7, 1.5, -2.0, 3.0):
+            K = _rk.stage_loop(tab, lambda t, y: lam * y, 0.0, 1.0, jnp.ones(1), jnp.zeros((S, 1)))
+            err = float(jnp.sum(jnp.asarray(tab.b_err)[:, None] * K))
+            poly = sum(c * lam ** (q + 1) for q, c in enumerate(e))
+            assert abs(err - poly) <= 1e-13 + 1e-10 * abs(poly)
+    e8 = np.asarray(_rk.error_polynomial(_rk.Tableau.from_solver(dfx.Dopri8())))
+    assert np.all(e8[:7] == 0.0) and e8[7] == pytest.approx(-2.4267e-7, rel=1e-4)
+
+
+def test_tangent_bound_resolves_the_equilibrium_at_one_field_evaluation_a_step():
+    """``tangent_control="bound"``: one appended stage a step (J·u by a finite difference,
+    a power iteration for the spectral radius ρ of ∂f/∂x) and a step bound from Dopri8's
+    error polynomial, instead of a carried probe tangent. The hanging disk's ∂φ(T)/∂φ̇(0)
+    = sin(ωT)/ω and ∂φ̇/∂φ̇ = cos(ωT) at tol 1e-10 (measured 5.7e-11 relative at T = 20;
+    bound 1e-6, the issue's); reverse = forward mode there (both the exact derivative of
+    the recorded map; bound 1e-12). The paper ball over [0, 20] (in motion, where the
+    bound seldom binds): 51 accepted steps (measured; 50 without derivative-aware control,
+    55 with the carried tangent), ∂GC/∂x(0) 6.0e-10 from a tol-1e-13 solve (bound 6e-9;
+    carried tangent 2.3e-10, none 5.2e-10: about as accurate as the solve's own steps).
+    Anything else for ``tangent_control`` raises."""
+    import diffrax as dfx
+
+    from rollball_jax import _rk, discrete_adjoint
+
+    disk, x0, omega = _hanging_disk()
+    ctl = rb.ConstantControl([0.0])
+    ts = jnp.array([0.0, 5.0, 20.0])
+    stm = rb.state_transition_matrix(disk, ctl, x0, ts, rtol=TOL, atol=TOL, tangent_control="bound")
+    for k, T in enumerate([5.0, 20.0], start=1):
+        assert abs(float(stm[k, 2, 3]) - np.sin(omega * T) / omega) <= 1e-6 * abs(np.sin(omega * T) / omega)
+        assert abs(float(stm[k, 3, 3]) - np.cos(omega * T)) <= 1e-6
+    phi = lambda x: rb.final_state(disk, ctl, x, (0.0, 20.0), rtol=TOL, atol=TOL, tangent_control="bound")[2]
+    assert rel(jax.jit(jax.grad(phi))(x0), jax.jit(jax.jacfwd(phi))(x0)) < 1e-12
+
+    ball, ctl_b, x0_b = make_paper_ball(), rb.PaperStep.ball(3), jnp.asarray(PAPER_BALL_X0)
+    vf, params = discrete_adjoint.model_field(ball, ctl_b)
+    record = jax.jit(lambda: _rk.adaptive_solve(
+        _rk.Tableau.from_solver(dfx.Dopri8()), lambda t, y: vf(params, t, y), 0.0, 20.0, x0_b, rtol=TOL, atol=TOL,
+        jump_ts=ctl_b.kink_times, max_steps=4096, probe_v0=jnp.asarray(discrete_adjoint._probe_direction(x0_b.shape[0])),
+        probe="bound"))()[0]
+    assert 49 <= int(record.num_accepted) <= 53
+    jac = lambda tol: jax.jacfwd(lambda y: rb.final_gc(ball, ctl_b, y, (0.0, 20.0), rtol=tol, atol=tol, max_steps=20000,
+                                                       tangent_control="bound")[:2])(x0_b)
+    assert rel(jac(TOL), jac(1e-13)) < 6e-9
+    for bad in ("probe", "Bound", ""):
+        with pytest.raises(ValueError, match="tangent_control"):
+            rb.final_state(disk, ctl, x0, (0.0, 1.0), tangent_control=bad)
 
 
 def test_dense_output_saves_between_steps():

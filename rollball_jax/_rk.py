@@ -344,8 +344,9 @@ def adaptive_solve(
       the step's start and end. One field evaluation a step instead of a second state. It
       assumes ``J`` locally constant (the state's own test covers its variation), so the
       derivative is about as accurate as the solve's own steps make it, not more; and it
-      keeps ``hρ`` bounded for a fast *decaying* mode too, where a carried tangent would
-      have decayed and stopped restricting the steps.
+      keeps ``hρ`` bounded for a fast *decaying* mode too, where a carried tangent has
+      decayed and stopped restricting the steps (measured, ``ẏ = diag(−200, rotation)·y``
+      over [0, 10], tol 1e-8: 2,431 accepted steps against 398).
 
     ``dense``: the save times are not step stops (only ``t1`` is); for each save time the
     record holds the accepted step that contains it (``save_step``) and, in ``saves``, the state there by that step's dense output
@@ -367,13 +368,13 @@ def adaptive_solve(
     stop_ts = save_ts[-1:] if dense else save_ts
     if probe not in ("tangent", "bound"):
         raise ValueError(f"probe must be 'tangent' or 'bound', got {probe!r}")
-    use_copy = probe_v0 is not None and probe == "tangent"
-    use_probe = probe_v0 is not None and probe == "bound"  # the tangent bound
+    carry_tangent = probe_v0 is not None and probe == "tangent"
+    use_bound = probe_v0 is not None and probe == "bound"
     F, z0 = f, y0
     if probe_v0 is not None and probe_v0.shape[0] != 1:
         raise ValueError("one probe direction is supported")
 
-    if use_copy:
+    if carry_tangent:
         # The probe rides along as a perturbed copy y + ε·v, both evaluated in one
         # vmapped call; its tangent is (copy − y)/ε. ε is small enough that the copy follows
         # the linearisation and large enough that rounding in the difference
@@ -386,7 +387,7 @@ def adaptive_solve(
 
         z0 = jnp.stack([y0, y0 + eps * jnp.asarray(probe_v0[0], dtype=y0.dtype) / jnp.sqrt(jnp.mean(probe_v0[0] ** 2))])
 
-    if use_probe:
+    if use_bound:
         # Tangent bound (see the docstring). The product J·u is a finite difference
         # (f(t, y + ε·u) − f(t, y))/ε: ε small enough to follow the linearisation, large
         # enough that rounding in the difference (~1e-16/ε relative) stays far below the
@@ -415,7 +416,7 @@ def adaptive_solve(
             err = jnp.where(jnp.isnan(err), jnp.inf, err)
             return _rms(err / (atol + rtol * jnp.maximum(jnp.abs(a), jnp.abs(b))))
 
-        if use_copy:
+        if carry_tangent:
             tangent = lambda z: (z[1] - z[0]) / eps
             return jnp.maximum(one(z0_[0], z1_[0], e[0]), one(tangent(z0_), tangent(z1_), tangent(e)) / TANGENT_TOLERANCE_FACTOR)
         return one(z0_, z1_, e)
@@ -423,7 +424,7 @@ def adaptive_solve(
     if rolled:
         S_, A_, C_ = stage_matrices(tab)
         B_sol, B_err = jnp.asarray(tab.b_sol), jnp.asarray(tab.b_err)
-        if use_probe:
+        if use_bound:
             # Appended stages: f(t_b, y_1 + ε·u) (and, without FSAL, f(t_b, y_1) first): the
             # tangent bound's product J·u in the step's own loop (one copy of f in the program).
             n_x = 1 if tab.fsal else 2
@@ -534,7 +535,7 @@ def adaptive_solve(
         tprev=jnp.asarray(t0, dtype), tnext=tnext, z=z0, fz=fz0, made_jump=jnp.asarray(rolled),
         n_steps=jnp.asarray(0, jnp.int32), n_acc=jnp.asarray(0, jnp.int32), run=jnp.asarray(0, jnp.int32), rec=rec0,
     )
-    if use_probe:
+    if use_bound:
         # ρ at the start of the next step (0 before the first: that step is judged by the
         # ρ at its end alone) and the power iteration's direction
         state0.update(rho=jnp.zeros((), dtype), u=u0)
@@ -548,9 +549,9 @@ def adaptive_solve(
             fz = s["fz"]
         else:
             fz = lax.cond(s["made_jump"], lambda: F(ta, z), lambda: s["fz"]) if jump_ts.shape[0] else s["fz"]
-        z1, err, f_last, K_step, rho_u = step(ta, tb, z, fz, s["made_jump"], s["u"] if use_probe else None)
+        z1, err, f_last, K_step, rho_u = step(ta, tb, z, fz, s["made_jump"], s["u"] if use_bound else None)
         serr = _err_norm(z, z1, err)
-        if use_probe:
+        if use_bound:
             # the tangent bound with the larger of the ρ at the step's two ends
             serr = jnp.maximum(serr, tangent_error((tb - ta) * jnp.maximum(s["rho"], rho_u[0])))
         keep = serr < 1.0
@@ -567,7 +568,7 @@ def adaptive_solve(
 
         n = s["n_acc"]
         rec = s["rec"]
-        y1 = z1[0] if use_copy else z1
+        y1 = z1[0] if carry_tangent else z1
         if tab.fsal:
             f_next = f_last
         elif rolled:
@@ -591,8 +592,8 @@ def adaptive_solve(
             # Saves in (t_a, t_b] (or in the gap a jump hops over, up to nt0; t0's in the first
             # step) not yet written get this step's dense output.
             new = keep & (rec["save_step"] < 0) & (save_ts <= jnp.maximum(tb, nt0))
-            y_a = z[0] if use_copy else z
-            vals = interpolate_saves(tab, ta, tb, y_a, y1, K_step[:, 0] if use_copy else K_step, save_ts)
+            y_a = z[0] if carry_tangent else z
+            vals = interpolate_saves(tab, ta, tb, y_a, y1, K_step[:, 0] if carry_tangent else K_step, save_ts)
             saves_update = dict(
                 save_index=rec["save_index"],  # unused (all -1): dense saves are keyed by save_step
                 saves=jnp.where(new[:, None], vals, rec["saves"]),
@@ -622,12 +623,12 @@ def adaptive_solve(
             n_acc=n + keep.astype(jnp.int32),
             run=jnp.where(keep, 0, s["run"] + 1),  # rejected steps in a row
             rec=rec,
-            **({"rho": jnp.where(keep, rho_u[0], s["rho"]), "u": jnp.where(keep, rho_u[1], s["u"])} if use_probe else {}),
+            **({"rho": jnp.where(keep, rho_u[0], s["rho"]), "u": jnp.where(keep, rho_u[1], s["u"])} if use_bound else {}),
         )
 
     s = lax.while_loop(cond, body, state0)
     n_acc = s["n_acc"]
-    y_end = s["z"][0] if use_copy else s["z"]
+    y_end = s["z"][0] if carry_tangent else s["z"]
     rec = s["rec"]
     # The final (partial) chunk's end state.
     last = -(-n_acc // chunk)

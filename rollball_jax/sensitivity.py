@@ -126,7 +126,8 @@ def trajectory(
     error too; ``"bound"`` bounds the step by the error the solver would make on the
     linearised equation, from a power-iteration estimate of the Jacobian's spectral radius
     (one field evaluation a step: the reverse gradient ~1.4× cheaper, derivatives in
-    motion as accurate as the solve's own steps instead of ~2× better;
+    motion as accurate as the solve's own steps instead of ~2× better, and many more
+    steps where a fast mode decays (damping);
     ``docs/derivatives.md``); ``False``: the state's error test only. Other values raise
     ``ValueError``. ``dtmax``: optional maximum step. ``max_steps``: static bound on
     the steps (accepted + rejected) that sizes the recording buffers; a solve that needs

@@ -159,6 +159,8 @@ def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, sc
     :func:`rk_stages`). ``A`` ``(S, S)`` and ``C`` ``(S,)`` replace the tableau's (the
     recording pass appends a stage); ``shift`` ``(S, ...)`` is added to the stage inputs."""
     S = K.shape[0]
+    if (A is None) != (C is None):
+        raise ValueError("stage_loop: give both A and C, or neither")
     if A is None:
         _, A, C = stage_matrices(tab)
         A, C = A[:S, :S], C[:S]
@@ -371,15 +373,17 @@ def adaptive_solve(
     carry_tangent = probe_v0 is not None and probe == "tangent"
     use_bound = probe_v0 is not None and probe == "bound"
     F, z0 = f, y0
-    if probe_v0 is not None and probe_v0.shape[0] != 1:
-        raise ValueError("one probe direction is supported")
+    if probe_v0 is not None:
+        if probe_v0.shape[0] != 1:
+            raise ValueError("one probe direction is supported")
+        # Both kinds difference the field along a direction with step ε: small enough to
+        # follow the linearisation, large enough that rounding in the difference (~1e-16/ε
+        # relative) stays far below the tolerances.
+        eps = PROBE_EPS * (1.0 + jnp.max(jnp.abs(y0)))
 
     if carry_tangent:
         # The probe rides along as a perturbed copy y + ε·v, both evaluated in one
-        # vmapped call; its tangent is (copy − y)/ε. ε is small enough that the copy follows
-        # the linearisation and large enough that rounding in the difference
-        # (~1e-16/ε relative) stays far below the tolerances.
-        eps = PROBE_EPS * (1.0 + jnp.max(jnp.abs(y0)))
+        # vmapped call; its tangent is (copy − y)/ε.
         fv = jax.vmap(f, in_axes=(None, 0))
 
         def F(t, z):
@@ -388,11 +392,7 @@ def adaptive_solve(
         z0 = jnp.stack([y0, y0 + eps * jnp.asarray(probe_v0[0], dtype=y0.dtype) / jnp.sqrt(jnp.mean(probe_v0[0] ** 2))])
 
     if use_bound:
-        # Tangent bound (see the docstring). The product J·u is a finite difference
-        # (f(t, y + ε·u) − f(t, y))/ε: ε small enough to follow the linearisation, large
-        # enough that rounding in the difference (~1e-16/ε relative) stays far below the
-        # tolerances.
-        eps = PROBE_EPS * (1.0 + jnp.max(jnp.abs(y0)))
+        # Tangent bound (see the docstring); J·u = (f(t, y + ε·u) − f(t, y))/ε.
         u0 = jnp.asarray(probe_v0[0], dtype=y0.dtype)
         u0 = u0 / _rms(u0)
         e_coef = [abs(c) for c in error_polynomial(tab)]

@@ -239,6 +239,8 @@ def running_cost(
     The integral is appended to the state as one more ODE component (ċ = L), so it is
     computed to the solve tolerance and differentiated like the trajectory (discrete
     adjoint only). ``integrand`` must not close over values being differentiated.
+    ``tangent_control``: as :func:`trajectory` (``True``/``"tangent"``, ``"bound"``,
+    ``False``).
     Raises ``ValueError`` for an adjoint other than ``"discrete"``/``"forward"``;
     ``ModelError`` for a bad model, control, ``x0``, ``rtol``/``atol`` or ``max_steps`` (as
     :func:`trajectory`); a solve that needs more than ``max_steps`` steps, or whose steps

@@ -588,6 +588,39 @@ def test_error_polynomial_is_the_embedded_estimate_on_the_linear_equation():
     assert np.all(e8[:7] == 0.0) and e8[7] == pytest.approx(-2.4267e-7, rel=1e-4)
 
 
+def test_tangent_bound_sets_the_steps_of_a_state_at_rest():
+    """A state at rest under ẏ = R·y, R a rotation generator (spectral radius ρ = 1, and
+    ‖R·u‖ = ‖u‖ for every u, so the power iteration's ρ is exactly 1): the state's own error
+    estimate is 0, so the tangent bound alone sets the steps, and every accepted step h
+    satisfies Σ_q |e_q| h^q ≤ 10·(atol + rtol), with the controller settling near the
+    largest such h, z* (measured: the longest step 0.93 z* for Dopri8, 0.90 z* for Heun). Bounds: every
+    step ≤ z* (1e-9 slack) and the longest ≥ 0.8 z* — a ρ off by 2× moves the steps by 2×.
+    Dopri8 (FSAL: one appended stage) with its stages rolled and unrolled, and Heun (no
+    FSAL: two appended stages)."""
+    import diffrax as dfx
+
+    from rollball_jax import _rk, discrete_adjoint
+
+    rhs = lambda t, y: jnp.stack([y[1], -y[0]])
+    direction = jnp.asarray(discrete_adjoint._probe_direction(2))
+    for solver, t1, tol, rolled in ((dfx.Dopri8(), 10.0, 1e-10, True), (dfx.Dopri8(), 10.0, 1e-10, False),
+                                    (dfx.Heun(), 0.5, 1e-5, True)):
+        tab = _rk.Tableau.from_solver(solver)
+        e = np.abs(np.asarray(_rk.error_polynomial(tab)))
+        target = _rk.TANGENT_TOLERANCE_FACTOR * 2 * tol
+        lo, hi = 0.0, 10.0  # z*: Σ|e_q| z^q = target, by bisection
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if sum(c * mid ** (q + 1) for q, c in enumerate(e)) < target else (lo, mid)
+        rec, y_end, _, ok, _ = jax.jit(lambda: _rk.adaptive_solve(
+            tab, rhs, 0.0, t1, jnp.zeros(2), rtol=tol, atol=tol, jump_ts=None, max_steps=4096,
+            probe_v0=direction, probe="bound", rolled=rolled))()
+        n = int(rec.num_accepted)
+        h = np.asarray(rec.t_end[:n] - rec.t_start[:n])
+        assert bool(ok) and np.all(np.asarray(y_end) == 0.0)
+        assert h.max() <= lo * (1 + 1e-9) and h.max() >= 0.8 * lo, (tab.name, rolled, h.max() / lo)
+
+
 def test_tangent_bound_resolves_the_equilibrium_at_one_field_evaluation_a_step():
     """``tangent_control="bound"``: one appended stage a step (J·u by a finite difference,
     a power iteration for the spectral radius ρ of ∂f/∂x) and a step bound from Dopri8's

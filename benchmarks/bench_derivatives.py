@@ -167,8 +167,8 @@ def main(argv=None) -> None:
     def vjp_floor(p, y):
         def body(i, carry):
             lam, acc = carry
-            _, pull = jax.vjp(lambda yy, pp: vf(pp, 0.05 + 1e-3 * i, yy), y + 1e-9 * lam, p)
-            g_y, g_p = pull(lam)
+            # the model's own VJP, as the reverse sweep calls it (ModelField.vjp)
+            g_y, g_p = vf.vjp(p, 0.05 + 1e-3 * i, y + 1e-9 * lam, lam)
             return lam + 1e-3 * g_y, jax.tree_util.tree_map(jnp.add, acc, g_p)
 
         return jax.lax.fori_loop(0, n_vjp, body, (jnp.ones_like(y), jax.tree_util.tree_map(jnp.zeros_like, p)))

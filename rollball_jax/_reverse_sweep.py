@@ -17,7 +17,9 @@ operations per stage in XLA:CPU's dataflow executor and recomputes each chunk un
 ``jax.checkpoint``; here the sweep walks the recorded chunks backwards (``while`` loops
 bounded by the steps actually taken, not by ``max_steps``), recomputes a chunk's stage
 inputs ``Y_i`` once (a forward pass of ≤ 16 steps from the recorded chunk state), and
-evaluates each stage's VJP of the field in its own sequential executor
+evaluates each stage's VJP of the field (``vf.vjp`` when the field has one, e.g. a
+model's hand-written one through :class:`rollball_jax.discrete_adjoint.ModelField`;
+else ``jax.vjp``) in its own sequential executor
 (:func:`rollball_jax._executor.own_executor`), with the parameter cotangent as one flat
 vector (one addition per stage instead of one per parameter leaf).
 
@@ -49,7 +51,8 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
     ``(N,)`` for the cotangent ``ct_saves`` ``(T, N)`` of the replay's save states, over the
     steps of ``record`` (``chunk`` as recorded).
 
-    ``vf(params, t, y) -> ẏ``; the tableau's stage sums and stage times are those of the
+    ``vf(params, t, y) -> ẏ``, optionally with ``vf.vjp(params, t, y, ct) -> (ȳ, p̄)``
+    (``p̄`` a pytree with ``params``' leaves) used instead of ``jax.vjp``; the tableau's stage sums and stage times are those of the
     replay's step (:func:`rollball_jax._rk.rk_step_rolled`; with ``dense``,
     :func:`rollball_jax._rk.rk_stages`, all stages), so the linearisation points are the
     replay's to rounding. ``dense``: the saves are the dense output
@@ -73,9 +76,17 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
     steps = (jnp.pad(record.t_start, (0, pad)), jnp.pad(record.t_end, (0, pad)),
              jnp.pad(record.save_index, (0, pad), constant_values=-1))
 
+    field_vjp = getattr(vf, "vjp", None)  # a model's own VJP (rollball_jax.discrete_adjoint.ModelField)
+
     def vjp_stage(pf, t, y, ct):
-        _, pull = jax.vjp(lambda yy, pp: vf(unravel(pp), t, yy), y, pf)
-        return pull(ct)
+        if field_vjp is None:
+            _, pull = jax.vjp(lambda yy, pp: vf(unravel(pp), t, yy), y, pf)
+            return pull(ct)
+        y_bar, p_bar = field_vjp(unravel(pf), t, y, ct)
+        p_bar = ravel_pytree(p_bar)[0]
+        if p_bar.shape != pf.shape:  # the model's cotangent must have the parameters' leaves
+            raise ValueError(f"vf.vjp returned {p_bar.shape[0]} parameter cotangents for {pf.shape[0]} parameters")
+        return y_bar, p_bar
 
     if jax.default_backend() == "cpu":  # its own sequential executor (see _executor)
         def vjp_field(pf, t, y, ct):

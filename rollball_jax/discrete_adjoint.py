@@ -381,13 +381,29 @@ def _replay_primitive(vf, tab, dense, max_steps, params, x0, record, save_ts):
     return _Replay(_Static(vf, tab, max_steps, dense), params, x0, record, save_ts)(params, x0, record, save_ts)
 
 
-def model_field(model, control):
-    """``(vf, params)`` for :func:`solve`: the model's vector field with the inexact array
-    leaves of ``(model, control)`` as parameters."""
-    params, static = eqx.partition((model, control), eqx.is_inexact_array)
+class ModelField:
+    """``vf(params, t, y)`` of a model under a control, with the inexact array leaves of
+    ``(model, control)`` as ``params`` (:func:`model_field`), and its vector–Jacobian
+    product :meth:`vjp` (the model's :meth:`~rollball_jax.models.AbstractModel.vector_field_vjp`),
+    which the reverse sweep uses instead of ``jax.vjp`` of the field."""
 
-    def vf(p, t, y):
-        m, c = eqx.combine(p, static)
+    def __init__(self, static):
+        self._static = static
+
+    def __call__(self, p, t, y):
+        m, c = eqx.combine(p, self._static)
         return m.vector_field(t, y, c)
 
-    return vf, params
+    def vjp(self, p, t, y, ct):
+        """``(ȳ (N,), p̄)`` (``p̄`` a pytree like ``p``) for the cotangent ``ct`` ``(N,)``
+        of ``self(p, t, y)``."""
+        m, c = eqx.combine(p, self._static)
+        y_bar, m_bar, c_bar = m.vector_field_vjp(t, y, c, ct)
+        return y_bar, (m_bar, c_bar)
+
+
+def model_field(model, control):
+    """``(vf, params)`` for :func:`solve`: the model's vector field (a :class:`ModelField`)
+    with the inexact array leaves of ``(model, control)`` as parameters."""
+    params, static = eqx.partition((model, control), eqx.is_inexact_array)
+    return ModelField(static), params

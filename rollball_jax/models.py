@@ -135,6 +135,17 @@ class AbstractModel(eqx.Module):
     def vector_field(self, t, x, control):
         """``ẋ`` ``(N,)`` at time ``t`` and state ``x`` ``(N,)`` under ``control`` (pure, jittable)."""
 
+    def vector_field_vjp(self, t, x, control, ct):
+        """``(x̄ (N,), model̄, control̄)``: cotangents of the state and of the inexact array
+        leaves of the model and the control (``None`` elsewhere, as ``eqx.filter_vjp``) for
+        the cotangent ``ct`` ``(N,)`` of :meth:`vector_field`'s value. The reverse sweep of
+        :mod:`rollball_jax.discrete_adjoint` calls it once per replayed stage; this default
+        is ``eqx.filter_vjp`` of :meth:`vector_field`, a model may supply a faster one
+        (:class:`Ball`). Only the value is used: derivatives of it are never taken."""
+        _, pull = eqx.filter_vjp(lambda x_, mc: mc[0].vector_field(t, x_, mc[1]), x, (self, control))
+        x_bar, (model_bar, control_bar) = pull(ct)
+        return x_bar, model_bar, control_bar
+
     def observables(self, x, **context) -> dict:
         return {}
 
@@ -328,6 +339,14 @@ class Ball(AbstractModel):
         from .dynamics.ball import ball_vector_field
 
         return ball_vector_field(t, x, self, control)
+
+    def vector_field_vjp(self, t, x, control: AbstractControl, ct):
+        """Cotangents of the state, the ball and the control for the cotangent ``ct`` of
+        :meth:`vector_field` (see :meth:`AbstractModel.vector_field_vjp`), with the core
+        of (7.4) differentiated by hand: :func:`rollball_jax.dynamics.ball.ball_vector_field_vjp`."""
+        from .dynamics.ball import ball_vector_field_vjp
+
+        return ball_vector_field_vjp(t, x, self, control, ct)
 
     def observables(self, x, **context):
         """Observables of one state; see :func:`rollball_jax.observables.observables`."""

@@ -268,6 +268,13 @@ def _running_cost_solve(model, control, x0, t_span, integrand, solver, rtol, ato
         x = y[:-1]
         return jnp.concatenate([vf(p, t, x), jnp.atleast_1d(integrand(t, x))])
 
+    def field_vjp(p, t, y, ct):  # the reverse sweep's VJP: the model's own, plus the integrand's
+        x = y[:-1]
+        x_bar, p_bar = vf.vjp(p, t, x, ct[:-1])
+        _, pull = jax.vjp(lambda xx: jnp.atleast_1d(integrand(t, xx)), x)
+        return jnp.concatenate([x_bar + pull(ct[-1:])[0], jnp.zeros((1,), y.dtype)]), p_bar
+
+    field.vjp = field_vjp
     ys = discrete_adjoint.solve(
         field, params, jnp.concatenate([x0, jnp.zeros(1)]), t_span, control.kink_times, solver=solver, rtol=rtol,
         atol=atol, max_steps=max_steps, tangent_control=tangent_control, throw=throw,

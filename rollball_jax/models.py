@@ -343,7 +343,11 @@ class Ball(AbstractModel):
     def vector_field_vjp(self, t, x, control: AbstractControl, ct):
         """Cotangents of the state, the ball and the control for the cotangent ``ct`` of
         :meth:`vector_field` (see :meth:`AbstractModel.vector_field_vjp`), with the core
-        of (7.4) differentiated by hand: :func:`rollball_jax.dynamics.ball.ball_vector_field_vjp`."""
+        of (7.4) differentiated by hand: :func:`rollball_jax.dynamics.ball.ball_vector_field_vjp`.
+        A subclass that overrides :meth:`vector_field` gets the generic VJP of its own field
+        (:meth:`AbstractModel.vector_field_vjp`), not this one."""
+        if type(self).vector_field is not Ball.vector_field:
+            return super().vector_field_vjp(t, x, control, ct)
         from .dynamics.ball import ball_vector_field_vjp
 
         return ball_vector_field_vjp(t, x, self, control, ct)

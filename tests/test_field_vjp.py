@@ -96,6 +96,25 @@ def test_disk_default_vjp_equals_autodiff():
     assert d_state < 1e-14 and d_params < 1e-14
 
 
+class _DampedBall(rb.Ball):
+    """A user's subclass with its own field (a damping torque on Ω)."""
+
+    def vector_field(self, t, x, control):
+        f = super().vector_field(t, x, control)
+        n = self.n
+        return f.at[2 * n + 4:2 * n + 7].add(-0.7 * x[2 * n + 4:2 * n + 7])
+
+
+def test_a_subclass_with_its_own_field_gets_the_vjp_of_that_field():
+    """The ball's hand-written VJP is of (7.2) only: a subclass that overrides
+    ``vector_field`` gets the generic VJP of its own field (with the ball's, the damping
+    term's cotangent −0.7·Ω̄ would be missing)."""
+    rng = np.random.default_rng(3)
+    ball = _DampedBall(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.1], 1.0, [1.0], [rb.CircleRail(0.5)])
+    d_state, d_params = _compare(ball, rb.ConstantControl([0.3]), rng)
+    assert d_state < 1e-13 and d_params < 1e-13
+
+
 class _ScaledVJPBall(rb.Ball):
     """A ball whose VJP is twice the true one: the reverse gradient must double if the
     sweep uses the model's VJP."""

@@ -52,8 +52,9 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
     steps of ``record`` (``chunk`` as recorded).
 
     ``vf(params, t, y) -> ẏ``, optionally with ``vf.vjp(params, t, y, ct) -> (ȳ, p̄)``
-    (``p̄`` a pytree with ``params``' leaves) used instead of ``jax.vjp``; the tableau's stage sums and stage times are those of the
-    replay's step (:func:`rollball_jax._rk.rk_step_rolled`; with ``dense``,
+    (``p̄`` a pytree with ``params``' leaves; raises ``ValueError`` at trace time if its
+    leaves do not flatten to ``params``' size) used instead of ``jax.vjp``; the tableau's
+    stage sums and stage times are those of the replay's step (:func:`rollball_jax._rk.rk_step_rolled`; with ``dense``,
     :func:`rollball_jax._rk.rk_stages`, all stages), so the linearisation points are the
     replay's to rounding. ``dense``: the saves are the dense output
     (:func:`rollball_jax._rk.interpolate_saves` at ``save_ts`` ``(T,)``) of the step that

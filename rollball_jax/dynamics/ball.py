@@ -115,7 +115,7 @@ def ball_kappa(c: BallCore) -> Inexact[Array, "3"]:
 def ball_kappa_vjp(c: BallCore, kappa_bar: Inexact[Array, "3"]) -> BallCore:
     """Cotangent of every input of :func:`ball_kappa` for the cotangent ``kappa_bar``
     ``(3,)`` of κ, written by hand (equal to ``jax.vjp`` of :func:`ball_kappa` to rounding;
-    tested). With the symmetric system matrix ``M = Σ m sᵀs − (Σ m|s|²)1 − 𝕀`` and
+    tested). With the symmetric system matrix ``M = Σ m s sᵀ − (Σ m|s|²)1 − 𝕀`` and
     ``w = M⁻¹ κ̄`` (one solve sharing the cofactors of κ's): ``M̄ = −w κᵀ``, hence
     ``s̄_i = m_i[−w(κ·s_i) − κ(w·s_i) + 2(w·κ)s_i]``, ``m̄_i = −(w·s_i)(κ·s_i) + (w·κ)|s_i|²``,
     ``𝕀̄ = w ⊙ κ`` (+ the rhs term); the cotangent of the rhs is ``w``, followed back through
@@ -172,12 +172,16 @@ def ball_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, 
 
 
 def ball_vector_field_vjp(t, x: FloatInput[" N"], model, control, ct: Inexact[Array, " N"]):
-    """``(x̄ (N,), model̄, control̄)``: the cotangents of the state and of the inexact array
-    leaves of ``model`` and ``control`` (``None`` elsewhere, as ``eqx.filter_vjp``) for the
-    cotangent ``ct`` of :func:`ball_vector_field`'s value. The core of (7.4) by
-    :func:`ball_kappa_vjp`, the rest by ``eqx.filter_vjp`` of :func:`ball_field_parts`."""
-    n = model.n
+    """Vector–Jacobian product of the rolling ball's field (7.2) with κ of (7.4).
+
+    Arguments as :func:`ball_vector_field`; ``ct`` ``(2n+9,)`` is the cotangent of its
+    value ẋ (same layout as the state (7.1)). Returns ``(x̄ (2n+9,), model̄, control̄)``:
+    the cotangents of the state and of the inexact array leaves of ``model`` and
+    ``control`` (pytrees like them, ``None`` at the other leaves, as ``eqx.filter_vjp``).
+    The core of (7.4) is differentiated by :func:`ball_kappa_vjp`, the rest by
+    ``eqx.filter_vjp`` of :func:`ball_field_parts`. Raises nothing of its own (the
+    model was validated when built)."""
+    ct_theta_dot, ct_u, ct_q_dot, ct_kappa, ct_z_dot = ball_state_split(ct, model.n)
     (core, _), pull = eqx.filter_vjp(lambda x_, mc: ball_field_parts(t, x_, *mc), x, (model, control))
-    rows_bar = (ct[:n], ct[n : 2 * n], ct[2 * n : 2 * n + 4], ct[2 * n + 7 :])
-    x_bar, (model_bar, control_bar) = pull((ball_kappa_vjp(core, ct[2 * n + 4 : 2 * n + 7]), rows_bar))
+    x_bar, (model_bar, control_bar) = pull((ball_kappa_vjp(core, ct_kappa), (ct_theta_dot, ct_u, ct_q_dot, ct_z_dot)))
     return x_bar, model_bar, control_bar

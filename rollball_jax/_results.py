@@ -11,6 +11,8 @@ diffrax releases.
 
 from __future__ import annotations
 
+import functools
+
 import diffrax as dfx
 import equinox as eqx
 import jax
@@ -83,11 +85,44 @@ def describe(code: int) -> str:
 def raise_if_failed(sol: dfx.Solution) -> dfx.Solution:
     """``sol`` whose states raise, when the solve failed, the package's message for its result
     (:func:`describe`) instead of diffrax's own ``throw=True`` text (which names settings
-    of diffrax that the package does not use). A runtime error through
-    ``equinox.branched_error_if``: it works under ``jit``, ``vmap`` and autodiff. A
-    terminating event (a mass leaving the shell) is not a failure."""
+    of diffrax that the package does not use). A runtime error through :func:`checked`: it
+    works under ``jit``, ``vmap`` and autodiff, derivatives included. A terminating event
+    (a mass leaving the shell) is not a failure."""
     code = result_code(sol.result)
     failed = (code != CODES["successful"]) & (code != CODES["event_occurred"])
-    msgs = [f"solve failed: {describe(c)}" for c in range(UNKNOWN + 1)]
-    ys = jax.tree.map(lambda y: eqx.branched_error_if(y, failed, code, msgs), sol.ys)
+    msgs = tuple(f"solve failed: {describe(c)}" for c in range(UNKNOWN + 1))
+    ys = jax.tree.map(lambda y: checked(y, failed, code, msgs, True), sol.ys)
     return eqx.tree_at(lambda s: s.ys, sol, ys)
+
+
+def checked(y, failed, index, msgs: tuple[str, ...], throw: bool):
+    """``y`` (a pytree of inexact arrays) with the failure of a solve made visible in its
+    value **and in every derivative through it**.
+
+    ``failed`` ``()`` bool and ``index`` ``()`` int (both may be batched under ``vmap``):
+    whether the solve failed and which of ``msgs`` says why. ``throw=True``: a failure
+    raises ``msgs[index]`` at run time (``equinox.branched_error_if``); ``throw=False``:
+    the value is ``y`` unchanged and the derivatives through it (forward and reverse mode)
+    are NaN. Applied to a solve's inputs (parameters, initial state) it reaches every
+    derivative with respect to them, however many steps the failed solve took.
+
+    Why not ``equinox.branched_error_if`` on the solve's value alone: under ``jax.jit`` of
+    a derivative (``jax.grad``, ``jax.jacfwd``) the value is not an output, so its check is
+    dead code and XLA removes it; a solve that ran out of steps then gave a zero gradient,
+    silently. Here every tangent is multiplied by 1 when the (checked) status is good and
+    by NaN when not, so every derivative's program needs the status, and with it the
+    check. ``msgs`` must be a tuple (hashable)."""
+    return _checked(y, failed, index, tuple(msgs), bool(throw))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _checked(y, failed, index, msgs, throw):
+    return eqx.branched_error_if(y, failed, index, list(msgs)) if throw else y
+
+
+@_checked.defjvp
+def _checked_jvp(msgs, throw, primals, tangents):
+    y, failed, index = primals
+    status = eqx.branched_error_if(failed, failed, index, list(msgs)) if throw else failed
+    factor = jnp.where(status, jnp.nan, 1.0)
+    return _checked(y, failed, index, msgs, throw), jax.tree.map(lambda t: t * factor, tangents[0])

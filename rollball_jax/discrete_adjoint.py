@@ -61,7 +61,7 @@ from . import _rk
 from ._reverse_sweep import reverse_sweep
 from ._executor import own_executor
 from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
-from ._results import MESSAGES
+from ._results import MESSAGES, checked
 
 CHUNK = 16  # steps per rematerialised chunk
 GROUP = 16  # chunks per group (groups past the last step are skipped with one cond)
@@ -120,7 +120,8 @@ def solve(
     ``MAX_CONSECUTIVE_REJECTIONS`` (100) times in a row ends there and raises saying so
     (a field that turned non-finite: it does not spend ``max_steps`` first). With
     ``throw=False`` either returns ``inf`` states instead, e.g. for an optimiser that must
-    reject the trial point. ``tangent_control``: see :func:`tangent_mode` (``True``,
+    reject the trial point, and NaN derivatives of them. Both hold in the value and in
+    every derivative under ``jax.jit`` too (:func:`rollball_jax._results.checked`). ``tangent_control``: see :func:`tangent_mode` (``True``,
     ``"tangent"``, ``"bound"``, ``False``/``None``). ``solver``: an explicit Runge–Kutta solver of diffrax
     (default ``Dopri8``); others raise :class:`~rollball_jax.errors.ModelError`.
 
@@ -159,27 +160,36 @@ def solve(
     )
     record = lax.stop_gradient(record)
 
-    # ---- 2. replay (differentiated) ----------------------------------------------------
-    # reverse mode: the hand-written sweep (_reverse_sweep); everything else: the chunk rule
-    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
-
-    # Every save time must have been a step end (-2: never written); a guard against a save
-    # time that the step sequence passed over, which would otherwise read as zeros.
+    # A failed solve (``max_steps`` ran out, the steps collapsed, a save time passed over):
+    # checked on the replay's inputs, so that the check is in the value's program and in
+    # every derivative's (with respect to parameters and initial state, whatever steps were
+    # taken), where a check on the value alone would be dead code under ``jax.jit``
+    # (``_results.checked``). ``missed``: every save time must have been a step end (-2:
+    # never written), a guard against a save time that the step sequence passed over,
+    # which would otherwise read as zeros.
     missed = jnp.any(record.save_chunk == -2) & ok
-    if not throw:
-        return jnp.where(ok & ~missed, S, jnp.inf)
-    # One check, three causes (exclusive: ``missed`` requires ``ok``).
+    failed = ~ok | missed
     collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
-    S = eqx.branched_error_if(
-        S, ~ok | missed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),
-        [
+    params, x0 = checked(
+        (params, x0), failed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),  # three causes, exclusive
+        (
             f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
             f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
             "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
             "a save time was passed over by the step sequence (two save times within a few ulps of "
             "each other or of a kink time of the control?): space the save times apart",
-        ],
+        ),
+        throw,
     )
+
+    # ---- 2. replay (differentiated) ----------------------------------------------------
+    # reverse mode: the hand-written sweep (_reverse_sweep); everything else: the chunk rule
+    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
+    if not throw:
+        # inf states (an addition, not a select: a select would zero the derivatives), and NaN
+        # tangents on this side too: forward mode reaches save times that the failed solve
+        # never wrote, whose tangents do not depend on the inputs'
+        S = checked(S + jnp.where(failed, jnp.inf, 0.0), failed, 0, ("",), False)
     return S
 
 

@@ -35,7 +35,8 @@ Adjoints (``adjoint=``):
   backwards in time. Its gradient is that of the continuous problem with an independent
   error (*not* the derivative of what the forward solve computed), it re-integrates the
   state backwards (error growth on unstable motions), costs an extra solve, is
-  reverse-mode only and ignores ``tangent_control``.
+  reverse-mode only (forward mode raises a ``TypeError`` naming ``"discrete"``) and
+  ignores ``tangent_control``.
 
 What is differentiated: every inexact array leaf of ``model`` and ``control`` and
 ``x0``. Kink times of controls (jump times) and save times are constants: their
@@ -133,7 +134,8 @@ def trajectory(
     the steps (accepted + rejected) that sizes the recording buffers; a solve that needs
     more raises at run time naming it, one whose steps are rejected 100 times in a row (a
     field that turned non-finite) raises saying so (``throw=False``: ``inf`` states
-    instead, in both cases).
+    instead, in both cases, with NaN derivatives), in the value and in every derivative,
+    also under ``jax.jit`` (where a check on the value alone would be dead code).
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     _check_inputs(model, control, x0, rtol, atol, max_steps)
@@ -141,12 +143,19 @@ def trajectory(
         ts = jnp.asarray(ts, dtype=jnp.float64)
         # BacksolveAdjoint differentiates only through `args`, not closed-over values.
         term = dfx.ODETerm(lambda t, x, args: args[0].vector_field(t, x, args[1]))
-        sol = dfx.diffeqsolve(
-            term, default_solver() if solver is None else solver, ts[0], ts[-1], None,
-            jnp.asarray(x0, dtype=jnp.float64), args=(model, control), saveat=dfx.SaveAt(ts=ts),
-            stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
-            max_steps=max_steps, adjoint=adj, throw=False,
-        )
+        try:
+            sol = dfx.diffeqsolve(
+                term, default_solver() if solver is None else solver, ts[0], ts[-1], None,
+                jnp.asarray(x0, dtype=jnp.float64), args=(model, control), saveat=dfx.SaveAt(ts=ts),
+                stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
+                max_steps=max_steps, adjoint=adj, throw=False,
+            )
+        except TypeError as e:  # JAX's words: "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
+            if "forward-mode" not in str(e):
+                raise
+            raise TypeError("adjoint='backsolve' has reverse mode only (jax.grad, jax.vjp, jax.jacrev); for forward "
+                            "mode and second derivatives (jax.jvp, jax.jacfwd, jax.hessian) use adjoint='discrete' "
+                            "(the default)") from e
         return raise_if_failed(sol).ys
     f64 = float64_arg  # arrays: traced, not hashed, by filter_jit
     return _discrete_trajectory(model, control, f64(x0), f64(ts), solver, f64(rtol), f64(atol), int(max_steps),
@@ -245,7 +254,7 @@ def running_cost(
     ``ModelError`` for a bad model, control, ``x0``, ``rtol``/``atol`` or ``max_steps`` (as
     :func:`trajectory`); a solve that needs more than ``max_steps`` steps, or whose steps
     are rejected 100 times in a row, raises saying which (``throw=False``: returns
-    ``inf``), as :func:`trajectory` does.
+    ``inf``, with NaN derivatives), as :func:`trajectory` does.
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):

@@ -178,8 +178,9 @@ def test_sweep_for_other_solvers_and_a_failed_solve(solver_name, dense):
     """A small non-linear pendulum field through ``discrete_adjoint.solve``: the sweep vs
     forward mode with Tsit5 (FSAL, 6 of 7 stages replayed) and Heun (no FSAL, no
     interpolant of its own order), step stops and dense saves, every parameter leaf
-    (one of them unused: zero cotangent). Measured ≤ 1.1e-15; bound 1e-12. A solve that
-    runs out of ``max_steps`` with ``throw=False`` returns inf and a zero gradient."""
+    (one of them unused: zero cotangent). Measured ≤ 4.2e-15 (Heun, 977 steps); bound 1e-13. A solve that
+    runs out of ``max_steps`` with ``throw=False`` returns inf and a NaN gradient (every
+    parameter and the initial state: it was zero before, silently)."""
     import diffrax as dfx
 
     from rollball_jax import discrete_adjoint
@@ -193,16 +194,20 @@ def test_sweep_for_other_solvers_and_a_failed_solve(solver_name, dense):
     solver = getattr(dfx, solver_name)()
     c = jnp.asarray(np.random.default_rng(20261207).standard_normal((4, 2)))
 
+    # Heun (order 2) at 1e-9 needs 30,873 steps, past max_steps: under jax.jit both modes
+    # once differentiated that truncated solve silently (now they raise); at 1e-6, 978.
+    tol = 1e-9 if solver_name == "Tsit5" else 1e-6
+
     def f(p, x, max_steps=4096, throw=True):
-        return jnp.sum(c * discrete_adjoint.solve(vf, p, x, ts, solver=solver, rtol=1e-9, atol=1e-9, dense=dense,
+        return jnp.sum(c * discrete_adjoint.solve(vf, p, x, ts, solver=solver, rtol=tol, atol=tol, dense=dense,
                                                   max_steps=max_steps, throw=throw))
 
     rev = jax.jit(jax.grad(f, argnums=(0, 1)))(p, x0)
     fwd = jax.jit(jax.jacfwd(f, argnums=(0, 1)))(p, x0)
     r, fw = jax.flatten_util.ravel_pytree(rev)[0], jax.flatten_util.ravel_pytree(fwd)[0]
-    assert rel(r, fw) < 1e-12
+    assert rel(r, fw) < 1e-13
     assert float(jnp.max(jnp.abs(rev[0]["unused"]))) == 0.0
     short = lambda p, x: f(p, x, max_steps=3, throw=False)
     assert not np.isfinite(float(jax.jit(short)(p, x0)))
     g = jax.jit(jax.grad(short, argnums=(0, 1)))(p, x0)
-    assert float(jnp.max(jnp.abs(jax.flatten_util.ravel_pytree(g)[0]))) == 0.0
+    assert np.all(np.isnan(np.asarray(jax.flatten_util.ravel_pytree(g)[0])))

@@ -12,7 +12,11 @@ Rows:
   * the same gradient's program called directly (ahead-of-time compiled, no ``jax.jit``
     dispatch): the difference to the row above is the dispatch; likewise the discrete
     adjoint's primal (recording pass + the replay's looked-up values), whose jitted
-    program holds the replay primitive and so pays JAX's Python dispatch on every call;
+    program holds the replay primitive and so pays JAX's Python dispatch on every call
+    (here with ``throw=False``: an AOT-compiled program that holds a host callback, the
+    run-time error check, is called through JAX's Python path as well);
+  * the same gradient with ``throw=False`` (no run-time error check, as the forward solve,
+    which returns ``inf`` states instead of raising; equinox's check is a host callback);
   * the recording pass and the gradient with ``tangent_control="bound"`` (the tangent
     bound: one field evaluation a step instead of a carried probe tangent), and how far
     the gradient is from the default's;
@@ -129,10 +133,10 @@ def main(argv=None) -> None:
     params, static = eqx.partition((ball, ctl, x0), eqx.is_array)
     n_params = sum(leaf.size for leaf in jax.tree_util.tree_leaves(params))
 
-    def gc(p, adjoint, tangent_control=True):
+    def gc(p, adjoint, tangent_control=True, throw=True):
         model, control, y0 = eqx.combine(p, static)
         return rb.final_gc(model, control, y0, T_SPAN, rtol=TOL, atol=TOL, adjoint=adjoint,
-                           tangent_control=tangent_control)[:2]
+                           tangent_control=tangent_control, throw=throw)[:2]
 
     def gc_integrate(p):
         model, control, y0 = eqx.combine(p, static)
@@ -143,8 +147,10 @@ def main(argv=None) -> None:
     recording = jax.jit(lambda p: gc(p, "discrete"))
     # The primal called directly: a jitted program that holds the replay primitive goes
     # through JAX's Python dispatch on every call (docs/derivatives.md, *Dispatch*), which
-    # the jitted gradient does not; the floor below uses this one.
-    recording_aot = jax.jit(lambda p: gc(p, "discrete")).lower(params).compile()
+    # the jitted gradient does not; the floor below uses this one. Without the run-time
+    # error check (throw=False): an ahead-of-time compiled program that holds a host
+    # callback is called through JAX's Python path too (*The run-time error check*).
+    recording_aot = jax.jit(lambda p: gc(p, "discrete", throw=False)).lower(params).compile()
     grad_rev = jax.jit(jax.grad(lambda p: gc(p, "discrete")[0]))
     # The same program called directly, without jax.jit's dispatch (ahead-of-time compiled).
     # Its own jax.jit object: ``grad_rev.lower(...).compile()`` here would fill grad_rev's
@@ -153,6 +159,11 @@ def main(argv=None) -> None:
     jac_fwd = jax.jit(jax.jacfwd(lambda p: gc(p, "discrete")))
     recording_bound = jax.jit(lambda p: gc(p, "discrete", "bound"))
     grad_bound = jax.jit(jax.grad(lambda p: gc(p, "discrete", "bound")[0]))
+    # Without the run-time error check (``throw=False``: a failed solve gives inf instead of
+    # raising), as the forward solve (rb.integrate) runs. The check is a host callback in a
+    # not-taken branch (equinox's error_if), whose program JAX executes through its Python
+    # path instead of its C++ fast path (docs/derivatives.md, *The run-time error check*).
+    grad_nothrow = jax.jit(jax.grad(lambda p: gc(p, "discrete", throw=False)[0]))
     # -- floor of any reverse pass built from VJPs of the vector field ---------------------
     # The recorded solve has K accepted steps of S stages; a reverse pass needs (at least)
     # one VJP of the field w.r.t. (state, parameters) per stage. Here exactly K·S of them
@@ -195,6 +206,7 @@ def main(argv=None) -> None:
         "recording_aot": (recording_aot, (params,)), "reverse": (grad_rev, (params,)),
         "reverse_aot": (grad_aot, (params,)),
         "recording_bound": (recording_bound, (params,)), "reverse_bound": (grad_bound, (params,)),
+        "reverse_nothrow": (grad_nothrow, (params,)),
         "jacfwd": (jac_fwd, (params,)), "vjps": (vjp_floor, (vf_params, x)), "fields": (field_floor, (vf_params, x)),
     }, repeats=args.repeats)
     (c_f, s_f, b_f), (c_d, s_d, b_d), (c_r, s_r, b_r), (c_j, s_j, _), (c_v, s_v, b_v), (c_e, s_e, _) = (
@@ -211,10 +223,14 @@ def main(argv=None) -> None:
     rows.append(("forward solve (final GC)", c_f, s_f, 1.0, "jit(rb.integrate), Dopri8"))
     rows.append(("discrete adjoint primal", c_d, s_d, s_d / s_f, f"recording pass; |GC - integrate| {prim:.1e}"))
     rows.append(("discrete adjoint primal, AOT-compiled", None, s_da, s_da / s_f,
-                 "the same program without the Python dispatch of the replay primitive"))
+                 "throw=False, called directly: no Python dispatch (replay primitive, host callback)"))
     rows.append((f"gradient, reverse ({n_params} params)", c_r, s_r, s_r / s_f, f"rev vs fwd rel. diff {agree:.1e}"))
     rows.append(("gradient, called AOT-compiled", None, s_a, s_a / s_f,
                  "jax.jit(g).lower(p).compile(): the same program without jax.jit's dispatch"))
+    c_nt, s_nt, _ = timings["reverse_nothrow"]
+    g_nt = np.asarray(jax.flatten_util.ravel_pytree(grad_nothrow(params))[0])
+    rows.append(("gradient, throw=False", c_nt, s_nt, s_nt / s_f,
+                 f"no run-time error check; rel. diff to the default's {float(np.max(np.abs(g_nt - g_rev)) / np.max(np.abs(g_rev))):.1e}"))
     rows.append(("recording pass, tangent bound", c_db, s_db, s_db / s_f, 'tangent_control="bound"'))
     rows.append(("gradient, tangent bound", c_rb, s_rb, s_rb / s_f,
                  f"rel. diff to the default's gradient {float(np.max(np.abs(g_bound - g_rev)) / np.max(np.abs(g_rev))):.1e}"))

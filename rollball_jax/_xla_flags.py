@@ -72,7 +72,15 @@ rounding, not only speed. With 0 the test suite ran in 460 s instead of 732 s (2
 but 4 tests failed on last-bit differences (batch step counts, a sweep resumed in a
 default-flag process no longer bit-identical, a derivative 2e-9 off); with 1 compiles are
 ~15 % shorter, a sweep still differs by 1 ulp from a default-flag process, and forward-mode
-Jacobians run 8–28 % slower (``benchmarks/README.md``, ``bench_design.py``).
+Jacobians run 8–28 % slower (``benchmarks/README.md``, ``bench_design.py``). Again on
+2026-12-07 (``XLA_FLAGS=--xla_backend_optimization_level=0 python -m pytest -q``): 268 s
+instead of 358 s, 7 failed, all on properties that hold at the default level only: results
+bit-identical across two programs (four host devices against one, 1 ulp; dense saves
+against step ends; a sweep's subprocess), a batch mode's accepted steps ±2 instead of ±1,
+the shared mode's refinement status, and two bounds 1.15× and 1.4× over (Hessian-vector
+product against differences, sweep under ``vmap``). The tests therefore run at the level
+users run (a level-0 kernel also runs ~2× slower). The hessian of the paper ball's GC(5)
+compiled in 2.3 s at level 0 against 4.9–6.1 s (levels 1, 2 and the default 5.2, 4.9, 5.2–6.1 s).
 
 XLA reads ``XLA_FLAGS`` when JAX creates its backend (at the first computation): in a
 process that computed with JAX before importing rollball_jax the option has no effect.

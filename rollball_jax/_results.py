@@ -103,8 +103,9 @@ def checked(y, failed, index, msgs: tuple[str, ...], throw: bool):
     whether the solve failed and which of ``msgs`` says why. ``throw=True``: a failure
     raises ``msgs[index]`` at run time (``equinox.branched_error_if``); ``throw=False``:
     the value is ``y`` unchanged and the derivatives through it (forward and reverse mode)
-    are NaN. Applied to a solve's inputs (parameters, initial state) it reaches every
-    derivative with respect to them, however many steps the failed solve took.
+    are NaN. Applied to a solve's output; a cotangent reaches the solve's inputs only
+    through the steps it took, so the discrete adjoint's own derivative rules multiply
+    their results by NaN as well (:func:`rollball_jax.discrete_adjoint.solve`).
 
     Why not ``equinox.branched_error_if`` on the solve's value alone: under ``jax.jit`` of
     a derivative (``jax.grad``, ``jax.jacfwd``) the value is not an output, so its check is

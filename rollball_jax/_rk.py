@@ -301,6 +301,9 @@ class Record(eqx.Module):
     # the accepted step that contains it (``saves[j]`` is then the dense output of that
     # step at the save time).
     save_step: jax.Array  # (T,) int
+    # () bool: the solve failed (did not reach t1, or a save time was never written); the
+    # derivatives of a failed solve are NaN (rollball_jax.discrete_adjoint)
+    failed: jax.Array
 
 
 def adaptive_solve(
@@ -637,6 +640,7 @@ def adaptive_solve(
     record = Record(
         t_start=rec["t_start"], t_end=rec["t_end"], save_index=rec["save_index"], chunk_states=chunk_states,
         num_accepted=n_acc, saves=rec["saves"], save_chunk=rec["save_chunk"], save_step=rec["save_step"],
+        failed=~ok | jnp.any(rec["save_chunk"] == -2),
     )
     stats = dict(num_steps=s["n_steps"], num_accepted_steps=n_acc, num_rejected_steps=s["n_steps"] - n_acc,
                  rejected_in_a_row=s["run"])

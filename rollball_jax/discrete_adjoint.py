@@ -160,18 +160,28 @@ def solve(
     )
     record = lax.stop_gradient(record)
 
+    # ---- 2. replay (differentiated) ----------------------------------------------------
+    # reverse mode: the hand-written sweep (_reverse_sweep); everything else: the chunk rule
+    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
+
     # A failed solve (``max_steps`` ran out, the steps collapsed, a save time passed over):
-    # checked on the replay's inputs, so that the check is in the value's program and in
-    # every derivative's (with respect to parameters and initial state, whatever steps were
-    # taken), where a check on the value alone would be dead code under ``jax.jit``
-    # (``_results.checked``). ``missed``: every save time must have been a step end (-2:
-    # never written), a guard against a save time that the step sequence passed over,
-    # which would otherwise read as zeros.
+    # through ``_results.checked``, so that the check is in the value's program and in every
+    # derivative's, where a check on the value alone would be dead code under ``jax.jit``.
+    # It acts on the output: its tangents (forward mode) and cotangents (reverse mode) are
+    # multiplied by NaN when the solve failed. Those cotangents reach the inputs only
+    # through the steps taken, so the sweep and the replay's derivative rules multiply
+    # their results by NaN too (``record.failed``, ``_failure_factor``). (Checking the
+    # inputs instead put a batched status on unbatched parameters: ``jax.grad`` of a
+    # ``jax.vmap`` of solves failed to trace.) ``missed``: every save time must have been a
+    # step end (-2: never written), a guard against a save time that the step sequence
+    # passed over, which would otherwise read as zeros.
     missed = jnp.any(record.save_chunk == -2) & ok
     failed = ~ok | missed
+    if not throw:  # inf states (an addition, not a select: a select would zero the derivatives)
+        return checked(S + jnp.where(failed, jnp.inf, 0.0), failed, 0, ("",), False)
     collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
-    params, x0 = checked(
-        (params, x0), failed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),  # three causes, exclusive
+    return checked(
+        S, failed, jnp.where(missed, 2, jnp.where(collapsed, 0, 1)),  # three causes, exclusive
         (
             f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
             f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
@@ -179,18 +189,8 @@ def solve(
             "a save time was passed over by the step sequence (two save times within a few ulps of "
             "each other or of a kink time of the control?): space the save times apart",
         ),
-        throw,
+        True,
     )
-
-    # ---- 2. replay (differentiated) ----------------------------------------------------
-    # reverse mode: the hand-written sweep (_reverse_sweep); everything else: the chunk rule
-    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
-    if not throw:
-        # inf states (an addition, not a select: a select would zero the derivatives), and NaN
-        # tangents on this side too: forward mode reaches save times that the failed solve
-        # never wrote, whose tangents do not depend on the inputs'
-        S = checked(S + jnp.where(failed, jnp.inf, 0.0), failed, 0, ("",), False)
-    return S
 
 
 def _replay(vf, tab: _rk.Tableau, dense: bool, max_steps: int, params, x0, record: _rk.Record, save_ts):
@@ -304,6 +304,19 @@ def _replay_of(static, record, save_ts):
     return lambda p, x: _replay(static.vf, static.tab, static.dense, static.max_steps, p, x, record, save_ts)
 
 
+def _failure_factor(record: _rk.Record):
+    """``()``: NaN if the recorded solve failed, else 1.0. The replay's derivative rules
+    multiply their results by it: a failed solve's derivative is NaN, whatever steps it
+    took (its value raises or is inf: :func:`solve`)."""
+    return jnp.where(record.failed, jnp.nan, 1.0)
+
+
+def _poisoned(tree, record: _rk.Record):
+    """``tree`` (a pytree of arrays) times :func:`_failure_factor`."""
+    factor = _failure_factor(record)
+    return jax.tree.map(lambda a: a * factor, tree)
+
+
 def _instantiate(tangent, primal):
     """``tangent`` (a pytree like ``primal`` whose leaves may be symbolic zeros) with its
     zeros made arrays."""
@@ -340,7 +353,8 @@ class _Replay(hx.VJPHiPrimitive):
     def jvp(self, primals, tangents):
         params, x0, record, save_ts = primals
         tp, tx = _instantiate(tangents[0], params), _instantiate(tangents[1], x0)
-        return jax.jvp(self._fn(record, save_ts), (params, x0), (tp, tx))
+        out, t_out = jax.jvp(self._fn(record, save_ts), (params, x0), (tp, tx))
+        return out, _poisoned(t_out, record)
 
     def vjp_fwd(self, nzs_in, params, x0, record, save_ts):
         # The replay's own (lo) program, not this primitive again: under ``jax.jit(jax.grad(f))``
@@ -354,7 +368,8 @@ class _Replay(hx.VJPHiPrimitive):
 
     def linearized(self, res, tp, tx, *_):
         params, x0, record, save_ts = res
-        return jax.jvp(self._fn(record, save_ts), (params, x0), (_instantiate(tp, params), _instantiate(tx, x0)))[1]
+        t_out = jax.jvp(self._fn(record, save_ts), (params, x0), (_instantiate(tp, params), _instantiate(tx, x0)))[1]
+        return _poisoned(t_out, record)
 
     def vjp_bwd_retval(self, res, ct):
         params, x0, record, save_ts = res
@@ -375,7 +390,8 @@ def _sweep(static, params, x0, record, save_ts, ct):
     cost of that route. A ``custom_jvp`` function, not a hijax primitive: a program that
     holds no hijax primitive is cached by ``jax.jit``'s C++ dispatch, so a jitted
     gradient calls its executable directly (measured: ``docs/derivatives.md``)."""
-    return reverse_sweep(static.tab, static.vf, params, record, ct, CHUNK, dense=static.dense, save_ts=save_ts)
+    return _poisoned(reverse_sweep(static.tab, static.vf, params, record, ct, CHUNK, dense=static.dense, save_ts=save_ts),
+                     record)
 
 
 @_sweep.defjvp
@@ -383,7 +399,8 @@ def _sweep_jvp(static, primals, tangents):
     params, x0, record, save_ts, ct = primals
     tp, tx, _, _, tct = tangents
     replay = _replay_of(static, record, save_ts)
-    return jax.jvp(lambda p, x, c: jax.vjp(replay, p, x)[1](c), (params, x0, ct), (tp, tx, tct))
+    out, t_out = jax.jvp(lambda p, x, c: jax.vjp(replay, p, x)[1](c), (params, x0, ct), (tp, tx, tct))
+    return _poisoned(out, record), _poisoned(t_out, record)
 
 
 def _replay_primitive(vf, tab, dense, max_steps, params, x0, record, save_ts):

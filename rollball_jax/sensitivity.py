@@ -134,8 +134,9 @@ def trajectory(
     the steps (accepted + rejected) that sizes the recording buffers; a solve that needs
     more raises at run time naming it, one whose steps are rejected 100 times in a row (a
     field that turned non-finite) raises saying so (``throw=False``: ``inf`` states
-    instead, in both cases, with NaN derivatives), in the value and in every derivative,
-    also under ``jax.jit`` (where a check on the value alone would be dead code).
+    instead, in both cases, with NaN derivatives; ``"backsolve"`` always raises), in the
+    value and in every derivative, also under ``jax.jit`` (where a check on the value
+    alone would be dead code).
     """
     adj = resolve_adjoint(adjoint, checkpoints)
     _check_inputs(model, control, x0, rtol, atol, max_steps)

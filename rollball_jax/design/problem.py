@@ -301,8 +301,11 @@ class DesignProblem(eqx.Module):
         ``adjoint``: ``"discrete"`` (default; exact derivatives of the steps taken, in
         forward and reverse mode, with tangent-aware step control; the samples are the
         dense output of the steps, or step stops with ``dense=False``) or ``"backsolve"``. A failed solve (too many steps) gives ``inf``
-        states, which the cost turns into a large finite value so that optimisers
-        reject the step.
+        states (``"backsolve"``: raises), which the cost turns into a large finite value
+        so that optimisers reject the step; its derivatives are NaN (the cost's select
+        gives Levenberg–Marquardt's forward-mode Jacobian zeros there, BFGS evaluates
+        gradients at accepted points only, and Adam, which takes every step, would take
+        NaN parameters from a failed one).
         """
         control = self.control(params)
         x0 = self.initial_state(params)

@@ -117,6 +117,21 @@ def test_adam_and_bfgs_decrease_cost_and_reweighting_reuses_compilation():
     assert ascent.message.startswith("stop_when") and ascent.metrics["endpoint_error"] >= 2 * e0
 
 
+def test_adam_stops_at_an_iterate_whose_solve_failed():
+    """Adam takes every step; a large learning rate takes it to controls whose solve runs
+    out of ``max_steps`` (a disk, 32 steps). Its gradient there is NaN, so Adam stops with a
+    message instead of going on with NaN parameters (measured: at the third iterate), and
+    returns the best iterate, which is finite."""
+    disk = rb.Disk(1.0, 1.0, 1.0, masses=[1.0], rails=[rb.CircleRail(0.9)])
+    problem = dz.DesignProblem(disk, disk.initial_state(theta=[-1.0]), 3.0, 3, n_samples=11, rtol=1e-8, atol=1e-8,
+                               max_steps=32)
+    cost = dz.Cost(dz.TargetGC(3.0, 1.0), dz.ControlEffort(1e-4))
+    res = dz.optimize(problem, cost, problem.initial_params(0.5 * jnp.ones((1, 3))), method="adam", max_steps=25,
+                      learning_rate=1.5, progress=False)
+    assert res.message.startswith("stopped: the solve failed") and not res.converged and res.iterations < 25
+    assert np.all(np.isfinite(np.asarray(res.params["values"]))) and np.isfinite(res.value) and res.value < 1e3
+
+
 def test_continuation_stops_per_stage_and_on_design_metrics():
     """Per-stage ``target_cost`` stops the stage it names (and only it); ``stop_when``
     stops once the design's own metrics meet every condition, with ``-name`` meaning ≥."""

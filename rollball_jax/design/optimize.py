@@ -10,10 +10,12 @@ Methods (``method=``):
   for terminal constraints and tracking.
 * ``"gn"`` / ``"dogleg"`` — ``optimistix.GaussNewton`` / ``optimistix.Dogleg``, same set-up.
 * ``"bfgs"`` — ``optimistix.BFGS`` on the scalar cost, gradients by reverse mode
-  (diffrax ``RecursiveCheckpointAdjoint``).
+  (the discrete adjoint).
 * ``"adam"`` — ``optax.adam`` with a learning-rate schedule (``learning_rate`` a float or
   an ``optax`` schedule, evaluated on the host each step and injected into the optimiser
-  state), gradients by reverse mode.
+  state), gradients by reverse mode. Adam takes every step, so an iterate whose solve
+  failed (too many steps: a large cost and a NaN gradient) stops it, saying so, with the
+  best iterate so far as the result (the others reject such a trial point on its cost).
 
 Each iteration is one call of a jit-compiled function (the optimistix ``step``, or the
 ``value_and_grad`` + update for optax), compiled once per problem *structure*: a second
@@ -171,6 +173,8 @@ def _step(solver, y, state, args, least_squares: bool):
 
 
 _ADAM = optax.inject_hyperparams(optax.adam)(learning_rate=1e-2)
+_ADAM_FAILED_MESSAGE = ("stopped: the solve failed at the last iterate (its gradient is NaN); lower the learning "
+                        "rate or raise the problem's max_steps")
 
 
 @eqx.filter_jit
@@ -382,6 +386,11 @@ def optimize(
                     converged, message = True, reason
                     if reason == _STOP_WHEN_MESSAGE:
                         best = (loss, params, xs)  # the iterate that meets the conditions
+                    break
+                if not all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(new_params)):
+                    # Adam takes every step: from an iterate whose solve failed (NaN gradient,
+                    # rollball_jax._results.checked) it would go on with NaN parameters
+                    converged, message = False, _ADAM_FAILED_MESSAGE
                     break
                 params = new_params
             params, xs = best[1], best[2]

@@ -304,8 +304,8 @@ class DesignProblem(eqx.Module):
         states (``"backsolve"``: raises), which the cost turns into a large finite value
         so that optimisers reject the step; its derivatives are NaN (the cost's select
         gives Levenberg–Marquardt's forward-mode Jacobian zeros there, BFGS evaluates
-        gradients at accepted points only, and Adam, which takes every step, would take
-        NaN parameters from a failed one).
+        gradients at accepted points only, and Adam, which takes every step, stops there:
+        :func:`~rollball_jax.design.optimize.optimize`).
         """
         control = self.control(params)
         x0 = self.initial_state(params)

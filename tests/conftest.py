@@ -3,13 +3,34 @@
 import contextlib
 import gc
 import json
+import os
 from pathlib import Path
 
-import jax
-import numpy as np
-import pytest
 
-import rollball_jax as rb
+def _pin_worker_to_one_core() -> None:
+    """Each pytest-xdist worker on a core of its own (Linux) when there are exactly as many
+    workers as cores (the README's command on a 2-core machine), set before JAX starts any
+    thread: threads inherit the affinity of the thread that creates them. Measured
+    2026-12-07 (2 cores): a compiled derivative that XLA:CPU spread over both cores took
+    1.24 ms against 0.97 ms pinned to one (benchmarks/README.md); the whole suite, in
+    alternating runs, 348.7 and 352.7 s pinned against 368.3 s not. With more cores than
+    workers, or ``-n 0``, nothing is pinned. ``ROLLBALL_JAX_TEST_PIN=0`` turns it off."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if (not worker.startswith("gw") or not hasattr(os, "sched_setaffinity")
+            or os.environ.get("ROLLBALL_JAX_TEST_PIN", "1") == "0"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) == len(cpus):
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+
+
+_pin_worker_to_one_core()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import rollball_jax as rb  # noqa: E402
 
 # Python's cyclic garbage collector at its default thresholds (700, 10, 10) makes a full
 # collection whenever the long-lived objects have grown by a quarter; in a test process

@@ -125,5 +125,12 @@ def _checked(y, failed, index, msgs, throw):
 def _checked_jvp(msgs, throw, primals, tangents):
     y, failed, index = primals
     status = eqx.branched_error_if(failed, failed, index, list(msgs)) if throw else failed
-    factor = jnp.where(status, jnp.nan, 1.0)
-    return _checked(y, failed, index, msgs, throw), jax.tree.map(lambda t: t * factor, tangents[0])
+    return _checked(y, failed, index, msgs, throw), nan_where(tangents[0], status)
+
+
+def nan_where(tree, failed):
+    """``tree`` (a pytree of inexact arrays) times NaN where ``failed`` (bool, broadcast
+    against each leaf; ``()`` for a whole solve) and times 1.0 (exactly: the values are
+    unchanged) elsewhere: how a failed solve's derivatives are made NaN."""
+    factor = jnp.where(failed, jnp.nan, 1.0)
+    return jax.tree.map(lambda a: a * factor, tree)

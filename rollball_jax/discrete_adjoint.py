@@ -61,7 +61,7 @@ from . import _rk
 from ._reverse_sweep import reverse_sweep
 from ._executor import own_executor
 from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
-from ._results import MESSAGES, checked
+from ._results import MESSAGES, checked, nan_where
 
 CHUNK = 16  # steps per rematerialised chunk
 GROUP = 16  # chunks per group (groups past the last step are skipped with one cond)
@@ -170,13 +170,13 @@ def solve(
     # It acts on the output: its tangents (forward mode) and cotangents (reverse mode) are
     # multiplied by NaN when the solve failed. Those cotangents reach the inputs only
     # through the steps taken, so the sweep and the replay's derivative rules multiply
-    # their results by NaN too (``record.failed``, ``_failure_factor``). (Checking the
+    # their results by NaN too (``record.failed``, ``_poisoned``). (Checking the
     # inputs instead put a batched status on unbatched parameters: ``jax.grad`` of a
     # ``jax.vmap`` of solves failed to trace.) ``missed``: every save time must have been a
     # step end (-2: never written), a guard against a save time that the step sequence
     # passed over, which would otherwise read as zeros.
+    failed = record.failed  # ~ok | missed
     missed = jnp.any(record.save_chunk == -2) & ok
-    failed = ~ok | missed
     if not throw:  # inf states (an addition, not a select: a select would zero the derivatives)
         return checked(S + jnp.where(failed, jnp.inf, 0.0), failed, 0, ("",), False)
     collapsed = stats["rejected_in_a_row"] >= MAX_CONSECUTIVE_REJECTIONS
@@ -304,17 +304,11 @@ def _replay_of(static, record, save_ts):
     return lambda p, x: _replay(static.vf, static.tab, static.dense, static.max_steps, p, x, record, save_ts)
 
 
-def _failure_factor(record: _rk.Record):
-    """``()``: NaN if the recorded solve failed, else 1.0. The replay's derivative rules
-    multiply their results by it: a failed solve's derivative is NaN, whatever steps it
-    took (its value raises or is inf: :func:`solve`)."""
-    return jnp.where(record.failed, jnp.nan, 1.0)
-
-
 def _poisoned(tree, record: _rk.Record):
-    """``tree`` (a pytree of arrays) times :func:`_failure_factor`."""
-    factor = _failure_factor(record)
-    return jax.tree.map(lambda a: a * factor, tree)
+    """``tree`` (a pytree of arrays) times NaN if the recorded solve failed: the replay's
+    derivative rules return this, so a failed solve's derivative is NaN whatever steps it
+    took (its value raises or is inf: :func:`solve`)."""
+    return nan_where(tree, record.failed)
 
 
 def _instantiate(tangent, primal):

@@ -82,16 +82,18 @@ def describe(code: int) -> str:
     return f"{n}: {message}" if message else n
 
 
-def raise_if_failed(sol: dfx.Solution) -> dfx.Solution:
-    """``sol`` whose states raise, when the solve failed, the package's message for its result
-    (:func:`describe`) instead of diffrax's own ``throw=True`` text (which names settings
-    of diffrax that the package does not use). A runtime error through :func:`checked`: it
-    works under ``jit``, ``vmap`` and autodiff, derivatives included. A terminating event
-    (a mass leaving the shell) is not a failure."""
+def raise_if_failed(sol: dfx.Solution, throw: bool = True) -> dfx.Solution:
+    """``sol`` whose states carry the failure of the solve through :func:`checked`.
+    ``throw=True``: when the solve failed they raise the package's message for its result
+    (:func:`describe`) instead of diffrax's own ``throw=True`` text (which names settings of
+    diffrax that the package does not use), a runtime error that works under ``jit``,
+    ``vmap`` and autodiff, derivatives included. ``throw=False``: the states are unchanged
+    (``inf`` after the failure) and every derivative through them is NaN. A terminating
+    event (a mass leaving the shell) is not a failure."""
     code = result_code(sol.result)
     failed = (code != CODES["successful"]) & (code != CODES["event_occurred"])
     msgs = tuple(f"solve failed: {describe(c)}" for c in range(UNKNOWN + 1))
-    ys = jax.tree.map(lambda y: checked(y, failed, code, msgs, True), sol.ys)
+    ys = jax.tree.map(lambda y: checked(y, failed, code, msgs, throw), sol.ys)
     return eqx.tree_at(lambda s: s.ys, sol, ys)
 
 

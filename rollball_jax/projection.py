@@ -113,8 +113,8 @@ class VersorProjection(dfx.AbstractWrappedSolver):
     implicit) — except that the step's end value y1 has q replaced by q/|q|, with q the
     slice ``x[2n : 2n + 4]`` of the state (7.1). Use it wherever a solver is accepted:
     ``rb.simulate(model, control, x0, solver=VersorProjection(dfx.Dopri8(), model))`` or
-    ``rb.integrate(..., solver=...)``; it is differentiable (``jax.grad``/``jacfwd``
-    through the solve differentiate the projection too).
+    ``rb.integrate(..., solver=...)``; it is differentiable (forward mode, ``jax.jacfwd``
+    through ``rb.integrate``, differentiates the projection too).
 
     Details: the error estimate is the inner solver's, for the unprojected step (the
     projection moves y1 by O(local error), below the tolerance). Dense output (values

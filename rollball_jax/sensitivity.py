@@ -59,15 +59,10 @@ from . import discrete_adjoint
 from ._dispatch import float64_arg
 from ._results import raise_if_failed
 from .errors import ModelError, concrete
-from .solve import DEFAULT_ATOL, DEFAULT_RTOL, default_solver, stepsize_controller
+from .solve import DEFAULT_ATOL, DEFAULT_RTOL, REFUSED_ADJOINTS, default_solver, stepsize_controller
 
 ADJOINTS = ("discrete", "forward", "backsolve")
-REFUSED = {
-    "recursive": "diffrax's RecursiveCheckpointAdjoint re-decides the steps when it recomputes a checkpointed "
-    "segment, and on sensitive motions its gradient is silently wrong (O(1) on the paper ball at t = 200)",
-    "direct": "diffrax's DirectAdjoint with adaptive steps gives wrong reverse-mode gradients (4.6e-3 relative "
-    "on the paper ball at t = 20)",
-}
+REFUSED = {"recursive": REFUSED_ADJOINTS[dfx.RecursiveCheckpointAdjoint], "direct": REFUSED_ADJOINTS[dfx.DirectAdjoint]}
 DERIVATIVE_MAX_STEPS = discrete_adjoint.DEFAULT_MAX_STEPS
 
 

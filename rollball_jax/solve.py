@@ -15,6 +15,7 @@ from typing import Any
 
 import diffrax as dfx
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,23 +81,40 @@ def integrate(
     throw: bool = False,
     event: dfx.Event | None = None,
 ) -> dfx.Solution:
-    """Solve the model's ODE and return the raw ``diffrax.Solution`` (no checks).
+    """Solve the model's ODE and return the raw ``diffrax.Solution`` (no input checks).
 
     A pure function of its array arguments: use it under ``jax.jit``, ``jax.vmap`` and
-    ``jax.grad``. ``ts`` ``(T,)`` are the save times (``t0``/``t1`` default to the
-    first/last of them). The solution's ``result`` tells success; failed members carry
-    ``inf`` after the failure time, unless ``throw=True`` (then a failed solve raises a
-    runtime error, also under ``jit``, with the package's message for the result, e.g.
-    ``max_steps_reached`` or ``max_steps_rejected``). ``solver`` default ``Dopri8``; ``adjoint``
-    default diffrax's ``RecursiveCheckpointAdjoint``. ``sol.ys`` is the pair
-    ``(states at ts (T, N), state at t1 (1, N))``. ``event``: a ``diffrax.Event`` that
-    ends the solve (``simulate`` passes one that stops when a mass leaves the shell).
+    forward-mode autodiff (``jax.jvp``, ``jax.jacfwd``). ``ts`` ``(T,)`` are the save times
+    (``t0``/``t1`` default to the first/last of them). The solution's ``result`` tells
+    success; failed members carry ``inf`` after the failure time and NaN derivatives,
+    unless ``throw=True`` (then a failed solve raises a runtime error, also under ``jit``
+    and in derivatives, with the package's message for the result, e.g.
+    ``max_steps_reached`` or ``max_steps_rejected``). ``solver`` default ``Dopri8``.
+    ``sol.ys`` is the pair ``(states at ts (T, N), state at t1 (1, N))``. ``event``: a
+    ``diffrax.Event`` that ends the solve (``simulate`` passes one that stops when a mass
+    leaves the shell).
+
+    ``adjoint`` default ``diffrax.ForwardMode()``: forward mode differentiates the steps
+    the solve took (paper ball, ∂x(200)/∂x(0): 3e-7 relative from the discrete adjoint's
+    reverse mode, a sensitivity of ~1e6), and reverse mode (``jax.grad``, ``jax.vjp``)
+    raises a ``RuntimeError`` (when JAX transposes the solve) naming the routes that work:
+    :func:`rollball_jax.trajectory`, :func:`rollball_jax.final_state`,
+    :func:`rollball_jax.final_gc` (the exact discrete adjoint). (diffrax's
+    ``BacksolveAdjoint`` does not take this function's ``SaveAt``; those functions accept
+    ``adjoint="backsolve"``.) ``diffrax.RecursiveCheckpointAdjoint`` and
+    ``diffrax.DirectAdjoint`` are refused (``ValueError``): their reverse-mode gradients
+    are silently wrong with adaptive steps (through this function, paper ball at t = 200:
+    4.3e5 against 1.2e5 by forward mode), see :data:`REFUSED_ADJOINTS`.
     """
     ts = jnp.asarray(ts, dtype=jnp.float64)
     t0 = ts[0] if t0 is None else t0
     t1 = ts[-1] if t1 is None else t1
     solver = default_solver() if solver is None else solver
-    kwargs = {} if adjoint is None else {"adjoint": adjoint}
+    adjoint = FORWARD_ONLY if adjoint is None else adjoint
+    refused = next((msg for kind, msg in REFUSED_ADJOINTS.items() if isinstance(adjoint, kind)), None)
+    if refused is not None:
+        raise ValueError(f"adjoint {type(adjoint).__name__} is refused: {refused}. {_REVERSE_ROUTES}")
+    kwargs = {"adjoint": adjoint}
     if event is not None:
         kwargs["event"] = event
     sol = dfx.diffeqsolve(
@@ -112,17 +130,36 @@ def integrate(
         throw=False,
         **kwargs,
     )
-    return raise_if_failed(sol) if throw else sol
+    if isinstance(adjoint, dfx.ForwardMode):
+        # ForwardMode's while loop cannot be transposed; JAX's own error would name
+        # lax.while_loop and none of the routes that work
+        msg = f"rb.integrate differentiates in forward mode only (jax.jvp, jax.jacfwd) with adjoint=diffrax.ForwardMode(). {_REVERSE_ROUTES}"
+        sol = eqx.tree_at(lambda s: (s.ts, s.ys), sol, eqxi.nondifferentiable_backward((sol.ts, sol.ys), msg=msg))
+    return raise_if_failed(sol, throw)
 
 
-#: Adjoint of the solves that are never differentiated (``simulate``, ``simulate_batch``:
-#: their results leave as NumPy arrays). diffrax's default ``RecursiveCheckpointAdjoint``
-#: builds its checkpointed loop for reverse mode even when none follows; ``ForwardMode``
-#: runs a plain loop. Measured (fresh process per run, five alternating runs each, 2
-#: cores): the same states, step counts and observables bit for bit; first call of
-#: ``simulate_batch`` (``Adaptive``, paper ball, B = 4) 2.10-2.43 -> 1.96-2.12 s; first call
-#: of ``rb.simulate`` (paper examples) unchanged within run-to-run noise (±0.1 s).
+#: Adjoint of ``integrate`` by default, and of the solves that are never differentiated
+#: (``simulate``, ``simulate_batch``: their results leave as NumPy arrays). diffrax's own
+#: default ``RecursiveCheckpointAdjoint`` builds its checkpointed loop for reverse mode
+#: even when none follows; ``ForwardMode`` runs a plain loop. Measured (fresh process per
+#: run, five alternating runs each, 2 cores): the same states, step counts and observables
+#: bit for bit; first call of ``simulate_batch`` (``Adaptive``, paper ball, B = 4)
+#: 2.10-2.43 -> 1.96-2.12 s; first call of ``rb.simulate`` (paper examples) unchanged
+#: within run-to-run noise (±0.1 s). ``jax.jit(rb.integrate)`` (paper ball, [0, 20], tol
+#: 1e-10, 2026-12-07): bit-identical, 0.200-0.205 ms with either adjoint.
 FORWARD_ONLY = dfx.ForwardMode()
+
+#: diffrax adjoints refused by :func:`integrate` and by the derivative functions
+#: (:mod:`rollball_jax.sensitivity`), with the reason.
+REFUSED_ADJOINTS = {
+    dfx.RecursiveCheckpointAdjoint: "diffrax's RecursiveCheckpointAdjoint re-decides the steps when it recomputes a "
+    "checkpointed segment, and on sensitive motions its gradient is silently wrong (O(1) on the paper ball at t = 200)",
+    dfx.DirectAdjoint: "diffrax's DirectAdjoint with adaptive steps gives wrong reverse-mode gradients (4.6e-3 "
+    "relative on the paper ball at t = 20)",
+}
+_REVERSE_ROUTES = ("For reverse mode (jax.grad, jax.vjp) use rb.trajectory, rb.final_state or rb.final_gc "
+                   "(adjoint='discrete', their default: exact for the steps taken, at any horizon, forward and "
+                   "reverse mode).")
 
 #: Save counts up to this share one compiled ``rb.simulate`` program (see :func:`save_bucket`).
 SAVE_BUCKET_MIN = 16

@@ -62,6 +62,7 @@ from ._reverse_sweep import reverse_sweep
 from ._executor import own_executor
 from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
 from ._results import MESSAGES, checked, nan_where
+from ._time_tangents import with_time_derivatives
 
 CHUNK = 16  # steps per rematerialised chunk
 GROUP = 16  # chunks per group (groups past the last step are skipped with one cond)
@@ -114,7 +115,8 @@ def solve(
     of the recorded step sequence. ``vf`` must not close over traced values (pass them in
     ``params``). Save times are step stops unless ``dense`` (the states there are step
     ends, not interpolated). ``kink_times`` ``(m,)`` are jump times (steps end just before and
-    restart just after them); they and the save times get zero derivative. A solve that
+    restart just after them); they get zero derivative. ``t0`` and the save times are
+    differentiated through the ODE (:mod:`rollball_jax._time_tangents`). A solve that
     does not reach ``t1`` within ``max_steps`` steps (accepted + rejected) raises at run
     time, naming ``max_steps``; one whose steps are rejected
     ``MAX_CONSECUTIVE_REJECTIONS`` (100) times in a row ends there and raises saying so
@@ -138,8 +140,17 @@ def solve(
     mode = tangent_mode(tangent_control)
     solver = dfx.Dopri8() if solver is None else solver
     tab = _rk.Tableau.from_solver(solver)
-    save_ts = jnp.asarray(save_ts, dtype=jnp.float64)
-    x0 = jnp.asarray(x0, dtype=jnp.float64)
+    # derivatives with respect to t0 and the save times: through the ODE's identities
+    # (_time_tangents); the solve itself sees the times as constants
+    return with_time_derivatives(
+        vf, params, jnp.asarray(x0, dtype=jnp.float64), jnp.asarray(save_ts, dtype=jnp.float64),
+        lambda x0, save_ts: _solve(vf, params, x0, save_ts, kink_times, tab, mode, rtol, atol, max_steps, dt0, dtmax,
+                                   throw, dense),
+    )
+
+
+def _solve(vf, params, x0, save_ts, kink_times, tab, mode, rtol, atol, max_steps, dt0, dtmax, throw, dense):
+    """:func:`solve` with the times as constants (``save_ts`` under ``stop_gradient``)."""
 
     # ---- 1. record (not differentiated) ------------------------------------------------
     p_sg = lax.stop_gradient(params)
@@ -162,7 +173,7 @@ def solve(
 
     # ---- 2. replay (differentiated) ----------------------------------------------------
     # reverse mode: the hand-written sweep (_reverse_sweep); everything else: the chunk rule
-    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, lax.stop_gradient(save_ts))
+    S = _replay_primitive(vf, tab, bool(dense), int(max_steps), params, x0, record, save_ts)
 
     # A failed solve (``max_steps`` ran out, the steps collapsed, a save time passed over):
     # through ``_results.checked``, so that the check is in the value's program and in every

@@ -39,8 +39,12 @@ Adjoints (``adjoint=``):
   ignores ``tangent_control``.
 
 What is differentiated: every inexact array leaf of ``model`` and ``control`` and
-``x0``. Kink times of controls (jump times) and save times are constants: their
-derivative is zero by construction (a step boundary does not move with them).
+``x0``, and the start and save times (``ts``, ``t_span``), through the ODE's identities
+∂x(t_k)/∂t_k = f(t_k, x(t_k)) and ∂x(t_k)/∂t0 = −Φ(t_k, t0) f(t0, x0)
+(:mod:`rollball_jax._time_tangents`; forward and reverse mode; a derivative with respect to
+a time of another derivative raises ``NotImplementedError``). Kink times of controls (jump
+times) are constants: their derivative is zero by construction (a step boundary does not
+move with them).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from ._typing import FloatInput, RealScalar, TimeSpan
 from . import discrete_adjoint
 from ._dispatch import float64_arg
 from ._results import raise_if_failed
+from ._time_tangents import with_time_derivatives
 from .errors import ModelError, concrete
 from .solve import DEFAULT_ATOL, DEFAULT_RTOL, REFUSED_ADJOINTS, default_solver, stepsize_controller
 
@@ -136,26 +141,34 @@ def trajectory(
     adj = resolve_adjoint(adjoint, checkpoints)
     _check_inputs(model, control, x0, rtol, atol, max_steps)
     if isinstance(adj, dfx.BacksolveAdjoint):
-        ts = jnp.asarray(ts, dtype=jnp.float64)
-        # BacksolveAdjoint differentiates only through `args`, not closed-over values.
-        term = dfx.ODETerm(lambda t, x, args: args[0].vector_field(t, x, args[1]))
-        try:
-            sol = dfx.diffeqsolve(
-                term, default_solver() if solver is None else solver, ts[0], ts[-1], None,
-                jnp.asarray(x0, dtype=jnp.float64), args=(model, control), saveat=dfx.SaveAt(ts=ts),
-                stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
-                max_steps=max_steps, adjoint=adj, throw=False,
-            )
-        except TypeError as e:  # JAX's words: "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
-            if "forward-mode" not in str(e):
-                raise
-            raise TypeError("adjoint='backsolve' has reverse mode only (jax.grad, jax.vjp, jax.jacrev); for forward "
-                            "mode and second derivatives (jax.jvp, jax.jacfwd, jax.hessian) use adjoint='discrete' "
-                            "(the default)") from e
-        return raise_if_failed(sol).ys
+        # derivatives with respect to the times through the ODE's identities, as for the
+        # discrete adjoint (diffrax's BacksolveAdjoint refuses tangents of t0/t1)
+        vf, params = discrete_adjoint.model_field(model, control)
+        return with_time_derivatives(vf, params, jnp.asarray(x0, dtype=jnp.float64), jnp.asarray(ts, dtype=jnp.float64),
+                                     lambda x0, ts: _backsolve(model, control, x0, ts, solver, rtol, atol, max_steps, adj))
     f64 = float64_arg  # arrays: traced, not hashed, by filter_jit
     return _discrete_trajectory(model, control, f64(x0), f64(ts), solver, f64(rtol), f64(atol), int(max_steps),
                                 None if dtmax is None else f64(dtmax), discrete_adjoint.tangent_mode(tangent_control), bool(throw), bool(dense))
+
+
+def _backsolve(model, control, x0, ts, solver, rtol, atol, max_steps, adj):
+    """:func:`trajectory` by diffrax's ``BacksolveAdjoint``, the times as constants."""
+    # BacksolveAdjoint differentiates only through `args`, not closed-over values.
+    term = dfx.ODETerm(lambda t, x, args: args[0].vector_field(t, x, args[1]))
+    try:
+        sol = dfx.diffeqsolve(
+            term, default_solver() if solver is None else solver, ts[0], ts[-1], None,
+            x0, args=(model, control), saveat=dfx.SaveAt(ts=ts),
+            stepsize_controller=stepsize_controller(control, jnp.asarray(rtol), jnp.asarray(atol)),
+            max_steps=max_steps, adjoint=adj, throw=False,
+        )
+    except TypeError as e:  # JAX's words: "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
+        if "forward-mode" not in str(e):
+            raise
+        raise TypeError("adjoint='backsolve' has reverse mode only (jax.grad, jax.vjp, jax.jacrev); for forward "
+                        "mode and second derivatives (jax.jvp, jax.jacfwd, jax.hessian) use adjoint='discrete' "
+                        "(the default)") from e
+    return raise_if_failed(sol).ys
 
 
 @eqx.filter_jit

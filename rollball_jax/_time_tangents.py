@@ -74,7 +74,7 @@ def started_at(vf, params, t0, x0):
     """``x0`` ``(N,)``, with ``∂/∂t0 = −vf(params, t0, ·)`` (module docstring): the initial
     state handed to a solve that starts at ``stop_gradient(t0)``."""
     del params
-    return x0 + 0.0 * t0  # the value x0, batched under vmap like t0 (as the rule's tangent)
+    return jnp.where(t0 == t0, x0, x0)  # x0 bit for bit, batched under vmap like t0 (as the rule's tangent)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -82,7 +82,7 @@ def saved_at(vf, params, ts, ys):
     """``ys`` ``(T, N)`` (the states at the save times ``ts`` ``(T,)`` of a solve that saw
     ``stop_gradient(ts)``), with ``∂ys[k]/∂ts[k] = vf(params, ts[k], ys[k])``."""
     del params
-    return ys + 0.0 * ts[:, None]  # batched like ts: else jax.grad of a vmap over ts fails
+    return jnp.where((ts == ts)[:, None], ys, ys)  # batched like ts: else jax.grad of a vmap over ts fails
 
 
 def _moving(fn, rate):

@@ -24,7 +24,7 @@ from .controls import (  # noqa: E402
     PaperStep,
     PiecewiseLinearControl,
 )
-from .errors import ConfigError, ModelError, RollballError, SimulationError  # noqa: E402
+from .errors import ConfigError, ModelError, NotTraceableError, RollballError, SimulationError  # noqa: E402
 from .forces import AbstractForce, ConstantForce, FunctionForce  # noqa: E402
 from .models import Ball, Disk  # noqa: E402
 from .rails import (  # noqa: E402

@@ -34,6 +34,39 @@ class ConfigError(RollballError, ValueError):
     """A configuration file or mapping is invalid; the message names the offending key."""
 
 
+class NotTraceableError(RollballError, TypeError):
+    """A function that checks its inputs on the host and returns NumPy results was called
+    under ``jax.jit``, ``jax.vmap`` or autodiff; the message names the traceable function
+    to use instead."""
+
+
+def host_only(name: str, instead: str):
+    """Decorator for a function that returns NumPy results (``rb.simulate``,
+    ``simulate_batch``): JAX's tracer-conversion errors, raised when it is called on traced
+    values, become :class:`NotTraceableError` naming ``instead`` (JAX's own message names
+    neither the function nor an alternative). Costs nothing on a normal call."""
+    import functools
+
+    import jax
+
+    tracer_errors = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+                     jax.errors.TracerIntegerConversionError)
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except tracer_errors as e:
+                raise NotTraceableError(
+                    f"{name} checks its inputs and returns NumPy results, so it cannot run under jax.jit, "
+                    f"jax.vmap or autodiff; {instead}") from e
+
+        return wrapper
+
+    return decorate
+
+
 # Construction-time arrays follow one rule: when every input is concrete (numbers, lists,
 # NumPy or concrete JAX arrays) they are shaped in NumPy and moved to JAX once by
 # ``to_jax``; anything traced keeps ``jnp``. Eager ``jnp`` operations would compile a small

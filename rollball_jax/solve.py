@@ -29,7 +29,7 @@ from ._dispatch import array_jit
 from ._executor import own_executor
 from ._rejection_limit import RejectionLimit
 from ._results import CODES, describe, raise_if_failed, result_code
-from .errors import ModelError, SimulationError
+from .errors import ModelError, SimulationError, host_only
 from .models import AbstractModel
 
 DEFAULT_RTOL = 1e-10
@@ -325,6 +325,8 @@ class Solution:
         return self.xs[-1]
 
 
+@host_only("rb.simulate", "use rb.integrate (jax.jit, jax.vmap, forward mode) or, for derivatives, rb.trajectory, "
+           "rb.final_state or rb.final_gc")
 def simulate(
     model: AbstractModel,
     control: AbstractControl,
@@ -369,6 +371,8 @@ def simulate(
         finite (with the time and the state component); a point mass leaving the shell
         (checked at every step end by a ``diffrax.Event``, and at the save times), or
         running off the end of a spoke rail.
+    NotTraceableError : called under ``jax.jit``, ``jax.vmap`` or autodiff (its results are
+        NumPy arrays); the message names :func:`integrate` and the derivative functions.
     """
     checks.require_x64("simulate")
     if not isinstance(model, AbstractModel):

@@ -373,3 +373,16 @@ def test_concrete_bad_input_is_refused_inside_jit(build, needle):
     so a negative mass or a rail outside the shell is not silently traced through."""
     with pytest.raises(ModelError, match=needle):
         jax.jit(lambda x: (build(), x)[1])(1.0)
+
+
+def test_host_only_functions_under_a_transformation_name_the_traceable_ones(ball):
+    """``rb.simulate`` and ``simulate_batch`` check their inputs on the host and return NumPy
+    arrays; under ``jax.jit``/``jax.grad``/``jax.vmap`` JAX's own TracerArrayConversionError
+    named neither them nor an alternative. Refused while tracing, before any compile."""
+    x0 = jnp.asarray(PAPER_BALL_X0)
+    for transform in (jax.jit, jax.grad, jax.vmap):
+        arg = x0[None] if transform is jax.vmap else x0
+        with pytest.raises(rb.NotTraceableError, match=r"rb\.simulate .*use rb\.integrate .*rb\.final_state"):
+            transform(lambda x: rb.simulate(ball, CTL, x, (0.0, 1.0)).xs[-1, 0])(arg)
+    with pytest.raises(rb.NotTraceableError, match=r"simulate_batch .*it batches itself"):
+        jax.grad(lambda x: rb.batch.simulate_batch([ball], CTL, x[None], (0.0, 1.0), control_axis=None).ys[0, -1, 0])(x0)

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from .._typing import RealScalar, TimeSpan
 from .. import _xla_flags, checks
-from ..errors import ModelError
+from ..errors import ModelError, host_only
 from ..models import AbstractModel
 from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, FORWARD_ONLY, default_solver, integrate
 from .._results import result_code
@@ -394,6 +394,8 @@ def choose_fixed_dt(run_fixed, t0, t1, dt_start=None, target=1.0, max_tries=6):
     return dt, est
 
 
+@host_only("simulate_batch", "it batches itself (call it outside jax.jit and jax.vmap); for derivatives of a "
+           "batch, jax.vmap rb.trajectory, rb.final_state or rb.final_gc")
 def simulate_batch(
     models,
     controls,
@@ -440,7 +442,8 @@ def simulate_batch(
         chunk compiles the same program.
 
     Returns a :class:`BatchResult`. Never raises for a failed member: check ``status``.
-    Raises ``ModelError`` for invalid input (shapes, tolerances, an unknown strategy).
+    Raises ``ModelError`` for invalid input (shapes, tolerances, an unknown strategy);
+    ``NotTraceableError`` when called under ``jax.jit``, ``jax.vmap`` or autodiff.
     Warns (``RuntimeWarning``) and runs on one device when mode adaptive is given an
     implicit solver and several devices (its linear solves fail under ``jax.shard_map``).
     """

@@ -64,7 +64,7 @@ from ._dispatch import float64_arg
 from ._results import raise_if_failed
 from ._time_tangents import with_time_derivatives
 from .errors import ModelError, concrete
-from .solve import DEFAULT_ATOL, DEFAULT_RTOL, REFUSED_ADJOINTS, default_solver, stepsize_controller
+from .solve import DEFAULT_ATOL, DEFAULT_RTOL, REFUSED_ADJOINTS, default_solver, refusal, stepsize_controller
 
 ADJOINTS = ("discrete", "forward", "backsolve")
 REFUSED = {"recursive": REFUSED_ADJOINTS[dfx.RecursiveCheckpointAdjoint], "direct": REFUSED_ADJOINTS[dfx.DirectAdjoint]}
@@ -79,8 +79,9 @@ def resolve_adjoint(adjoint: str | dfx.AbstractAdjoint = "discrete", checkpoints
     needs no checkpoint count).
     """
     del checkpoints
-    if isinstance(adjoint, (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint)):
-        raise ValueError(f"adjoint {type(adjoint).__name__} is refused: {REFUSED['recursive' if isinstance(adjoint, dfx.RecursiveCheckpointAdjoint) else 'direct']}; "
+    refused = refusal(adjoint)
+    if refused is not None:
+        raise ValueError(f"adjoint {type(adjoint).__name__} is refused: {refused}; "
                          f"use adjoint='discrete' (exact, forward and reverse mode, any order)")
     if isinstance(adjoint, dfx.BacksolveAdjoint):
         return adjoint

@@ -28,13 +28,16 @@ import jax
 _EVENTS = ("backend_compile_duration", "jaxpr_trace_duration", "jaxpr_to_mlir_module_duration")
 _current = ["<outside tests>"]
 _seconds: dict = collections.defaultdict(collections.Counter)
+#: (test, compiled function's name, seconds) of every XLA compilation of at least this long
+_LONG = float(os.environ.get("ROLLBALL_JAX_COMPILE_PROFILE_LONG", "0.3"))
+_long: list = []
 
 
 # XLA compilations by duration: (upper bound [s], label); counts and seconds per bin.
 _BINS = ((0.01, "<10 ms"), (0.1, "10-100 ms"), (1.0, "0.1-1 s"), (float("inf"), ">1 s"))
 
 
-def _on_event(name, duration, **_):
+def _on_event(name, duration, **kwargs):
     short = name.rsplit("/", 1)[-1]
     if short in _EVENTS:
         _seconds[_current[0]][short] += duration
@@ -42,6 +45,8 @@ def _on_event(name, duration, **_):
             label = next(lab for bound, lab in _BINS if duration < bound)
             _seconds[_current[0]]["n " + label] += 1
             _seconds[_current[0]]["s " + label] += duration
+            if duration >= _LONG:
+                _long.append((_current[0], str(kwargs.get("fun_name")), duration))
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_event)
@@ -68,6 +73,7 @@ def pytest_sessionfinish(session):
     d = _directory()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     (d / f"{worker}.json").write_text(json.dumps({k: dict(v) for k, v in _seconds.items()}))
+    (d / f"{worker}.long").write_text(json.dumps(_long))
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -92,3 +98,12 @@ def pytest_terminal_summary(terminalreporter, config):
     ranked = sorted(per_test.items(), key=lambda kv: -kv[1].get(_EVENTS[0], 0.0))[:20]
     for test, ev in ranked:
         w(f"  {ev.get(_EVENTS[0], 0):6.1f} ({ev.get(_EVENTS[1], 0):4.1f}, {ev.get(_EVENTS[2], 0):4.1f})  {test}")
+    # the same function compiled again and again (other shapes, constants or static arguments)
+    by_name: dict = collections.defaultdict(list)
+    for f in sorted(_directory().glob("*.long")):
+        for test, name, sec in json.loads(f.read_text()):
+            by_name[name].append((sec, test))
+    w(f"functions compiled for >= {_LONG} s, by total (count, seconds, tests):")
+    for name, hits in sorted(by_name.items(), key=lambda kv: -sum(h[0] for h in kv[1]))[:25]:
+        tests = sorted({t.split("::")[-1][:40] for _, t in hits})
+        w(f"  {len(hits):4d} {sum(h[0] for h in hits):7.1f}  {name[:60]}  [{'; '.join(tests[:4])}{' ...' if len(tests) > 4 else ''}]")

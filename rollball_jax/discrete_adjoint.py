@@ -197,8 +197,8 @@ def _solve(vf, params, x0, save_ts, kink_times, tab, mode, rtol, atol, max_steps
             f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
             f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
             "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
-            "a save time was passed over by the step sequence (two save times within a few ulps of "
-            "each other or of a kink time of the control?): space the save times apart",
+            "a save time was passed over by the step sequence (save times not strictly increasing, or two "
+            "within a few ulps of each other or of a kink time of the control?): space the save times apart",
         ),
         True,
     )

@@ -55,6 +55,7 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from ._typing import FloatInput, RealScalar, TimeSpan
@@ -137,10 +138,14 @@ def trajectory(
     field that turned non-finite) raises saying so (``throw=False``: ``inf`` states
     instead, in both cases, with NaN derivatives; ``"backsolve"`` always raises), in the
     value and in every derivative, also under ``jax.jit`` (where a check on the value
-    alone would be dead code).
+    alone would be dead code). ``ModelError`` for a bad model, control, ``rtol``/``atol`` or
+    ``max_steps``, an ``x0`` of the wrong length (also under ``jax.jit``/``grad``/``vmap``:
+    the shape is static), or ``ts`` that is not a 1-d, finite, strictly increasing
+    sequence of at least two times (values checked when concrete; traced times out of
+    order make the solve raise as for a passed-over save time).
     """
     adj = resolve_adjoint(adjoint, checkpoints)
-    _check_inputs(model, control, x0, rtol, atol, max_steps)
+    _check_inputs(model, control, x0, ts, rtol, atol, max_steps)
     if isinstance(adj, dfx.BacksolveAdjoint):
         # derivatives with respect to the times through the ODE's identities, as for the
         # discrete adjoint (diffrax's BacksolveAdjoint refuses tangents of t0/t1)
@@ -186,9 +191,12 @@ def _discrete_trajectory(model, control, x0, ts, solver, rtol, atol, max_steps, 
     )
 
 
-def _check_inputs(model, control, x0, rtol, atol, max_steps) -> None:
-    """Argument checks of the differentiable entry points (concrete values only: under a
-    transformation the traced values were checked when built)."""
+def _check_inputs(model, control, x0, ts, rtol, atol, max_steps, times: str = "ts") -> None:
+    """Argument checks of the differentiable entry points. Shapes are checked always (they
+    are static, also under ``jax.jit``/``grad``/``vmap``: a wrong state length would
+    otherwise surface as a JAX type error from inside the solve); values only when
+    concrete (under a transformation the traced values were checked when built).
+    ``times``: the name of ``ts`` in the caller's signature (``"t_span"`` for two times)."""
     from . import checks
     from .models import AbstractModel
 
@@ -199,14 +207,35 @@ def _check_inputs(model, control, x0, rtol, atol, max_steps) -> None:
     checks.tolerance(rtol, "rtol")
     checks.tolerance(atol, "atol")
     checks.max_steps(max_steps)
+    if np.ndim(x0) != 1 or np.shape(x0)[0] != model.state_size:  # as checks.state's message
+        got = np.shape(x0)[0] if np.ndim(x0) == 1 else f"shape {np.shape(x0)}"
+        raise ModelError(f"'x0' must have length {model.state_size} ({', '.join(model.state_labels())}); got {got}")
+    _check_times(ts, times)
     x = concrete(x0)
     if x is not None:
         checks.state(model, x)
 
 
+def _check_times(ts, name: str) -> None:
+    """Save times ``ts``: one axis of at least two (always); finite and strictly increasing
+    (when concrete). ``ModelError`` naming ``name`` otherwise."""
+    if np.ndim(ts) != 1 or np.shape(ts)[0] < 2:
+        raise ModelError(f"'{name}' must be a 1-d sequence of at least two times (t0 first); got shape {np.shape(ts)}")
+    t = concrete(ts)
+    if t is not None:
+        t = np.asarray(t, dtype=np.float64)
+        if not np.all(np.isfinite(t)) or np.any(np.diff(t) <= 0):
+            raise ModelError(f"'{name}' must be finite and strictly increasing (t0 < ... < t1); got {t.tolist()}")
+
+
 def final_state(model, control, x0, t_span: TimeSpan, **solve_kw) -> Float[Array, " N"]:
-    """State at ``t_span[1]`` ``(N,)``; keywords as :func:`trajectory`."""
-    return trajectory(model, control, x0, float64_arg(t_span), **solve_kw)[-1]
+    """State at ``t_span[1]`` ``(N,)``; keywords and errors as :func:`trajectory` (``t_span``
+    must be ``(t0, t1)`` with ``t0 < t1``)."""
+    t_span = float64_arg(t_span)
+    _check_times(t_span, "t_span")
+    if np.shape(t_span) != (2,):
+        raise ModelError(f"'t_span' must be (t0, t1); got shape {np.shape(t_span)}")
+    return trajectory(model, control, x0, t_span, **solve_kw)[-1]
 
 
 def gc_position(model, x: Float[Array, " N"], x0: Float[Array, " N"], z_a: RealScalar) -> Float[Array, "3"]:
@@ -269,7 +298,9 @@ def running_cost(
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):
         raise ValueError("running_cost supports adjoint='discrete' only")
-    _check_inputs(model, control, x0, rtol, atol, max_steps)
+    _check_inputs(model, control, x0, t_span, rtol, atol, max_steps, times="t_span")
+    if np.shape(t_span) != (2,):
+        raise ModelError(f"'t_span' must be (t0, t1); got shape {np.shape(t_span)}")
     return _running_cost_solve(
         model, control, float64_arg(x0), float64_arg(t_span), integrand, solver, float64_arg(rtol),
         float64_arg(atol), int(max_steps), discrete_adjoint.tangent_mode(tangent_control), bool(throw),

@@ -310,6 +310,31 @@ def test_bad_control_and_force_name_the_argument(ball, unchecked_types):
         rb.final_gc(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), rtol=-1.0)
 
 
+def test_derivative_functions_refuse_bad_times_and_state_shapes_also_under_transformations(ball, unchecked_types):
+    """The derivative functions refuse decreasing or repeated times with the package's
+    message (a decreasing ``t_span`` used to reach the solve and fail there with "a save
+    time was passed over ..."), and a state of the wrong length also under ``jax.grad``
+    and ``jax.jit``, where the value checks are skipped but the shape is known (it used to
+    surface as JAX's "cond branches must have equal output types"). Nothing is compiled:
+    every case is refused while tracing."""
+    x0 = jnp.asarray(PAPER_BALL_X0)
+    with pytest.raises(ModelError, match=r"'t_span' must be finite and strictly increasing .*\[1\.0, 0\.0\]"):
+        rb.final_gc(ball, CTL, x0, (1.0, 0.0))
+    with pytest.raises(ModelError, match=r"'t_span' must be finite and strictly increasing"):
+        rb.running_cost(ball, CTL, x0, (1.0, 1.0), lambda t, x: t)
+    with pytest.raises(ModelError, match=r"'ts' must be finite and strictly increasing"):
+        rb.trajectory(ball, CTL, x0, jnp.array([0.0, 1.0, 1.0]))
+    with pytest.raises(ModelError, match=r"'ts' must be a 1-d sequence of at least two times"):
+        rb.trajectory(ball, CTL, x0, jnp.array([1.0]))
+    with pytest.raises(ModelError, match=r"'t_span' must be \(t0, t1\)"):
+        rb.final_state(ball, CTL, x0, (0.0, 1.0, 2.0))
+    for transform in (jax.grad, jax.jit):
+        with pytest.raises(ModelError, match=r"'x0' must have length 15 \(theta1, .*\); got 14"):
+            transform(lambda x: rb.final_gc(ball, CTL, x, (0.0, 1.0))[0])(x0[:14])
+    with pytest.raises(ModelError, match=r"'x0' must have length 15 .*; got shape \(1, 15\)"):
+        jax.jit(lambda x: rb.final_state(ball, CTL, x, (0.0, 1.0)))(x0[None])
+
+
 # ---- 6. the README's own example --------------------------------------------------------------
 
 

@@ -53,6 +53,16 @@ def test_versor_tolerance_is_the_stated_one(ball):
     x[6:10] *= (1.0 + 3.0 * checks.VERSOR_TOL) / (1.0 + 0.5 * checks.VERSOR_TOL)
     with pytest.raises(ModelError, match="unit length"):
         rb.simulate(ball, CTL, x, (0.0, 0.5))
+    # the boundary is symmetric: q0 = 1 ± VERSOR_TOL (a central difference with that step)
+    # is accepted on both sides (1 − 1e-6 used to be refused by 2.9e-17 of rounding), and
+    # 1.01 × VERSOR_TOL off is refused on both
+    for dq, ok in ((checks.VERSOR_TOL, True), (-checks.VERSOR_TOL, True), (1.01e-6, False), (-1.01e-6, False)):
+        q = np.array([1.0 + dq, 0.0, 0.0, 0.0])
+        if ok:
+            checks.versor(q, "x0")
+        else:
+            with pytest.raises(ModelError, match="unit length"):
+                checks.versor(q, "x0")
 
 
 # ---- 2. non-finite values ---------------------------------------------------------------

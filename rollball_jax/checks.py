@@ -110,12 +110,17 @@ def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
     return v
 
 
+def versor_norm_ok(norm):
+    """Whether ``|q|`` (a number or an array of them) is 1 to within :data:`VERSOR_TOL`,
+    plus a few ulps, so that q0 = 1 ± VERSOR_TOL (a finite-difference step of that size)
+    passes on both sides: |q| − 1 comes out −1.0000000000288e-6 and +0.99999999992e-6."""
+    return np.abs(np.asarray(norm) - 1.0) <= VERSOR_TOL + 8 * np.finfo(np.float64).eps
+
+
 def versor(q, name: str) -> None:
     """``|q| = 1`` to within :data:`VERSOR_TOL` (concrete ``q`` ``(4,)``)."""
     norm = float(np.linalg.norm(q))
-    # + a few ulps, so that q0 = 1 ± VERSOR_TOL (a finite-difference step of that size) is
-    # accepted on both sides: |q| − 1 comes out −1.0000000000288e-6 and +0.99999999992e-6
-    if not abs(norm - 1.0) <= VERSOR_TOL + 8 * np.finfo(np.float64).eps:
+    if not versor_norm_ok(norm):
         raise ModelError(
             f"'{name}': the versor q = {np.asarray(q).tolist()} has |q| = {norm:.12g}; it must have unit length "
             f"(to within {VERSOR_TOL:g}): normalise it (q / |q|) or build the state with Ball.initial_state"

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import diffrax as dfx
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,8 +61,16 @@ def test_stack_member_and_structure_errors():
     disk = rb.Disk(1.0, 1.0, 1.0, (0.0, 0.0), 1.0, [1.0], [rb.CircleRail(0.5)])
     with pytest.raises(rb.ModelError, match="member 1 differs in structure"):
         bt.stack([models[0], disk])
-    with pytest.raises(rb.ModelError, match="no leading batch axis"):
+    with pytest.raises(rb.ModelError, match="controls: .*no leading batch axis.*or control_axis=None for one control"):
         bt.simulate_batch(batched, rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN)  # control_axis=0
+    # models have no shared option: the message names only what exists (it named a model_axis)
+    with pytest.raises(rb.ModelError, match=r"models: .*no leading batch axis.*rollball_jax\.batch\.stack$"):
+        bt.simulate_batch(models[0], rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN, control_axis=None)
+    # a rail edited past the shell in the stacked arrays (construction checks bypassed):
+    # refused before solving, naming the member and both possible causes
+    outside = eqx.tree_at(lambda m: m.rails.groups[0].radius, batched, batched.rails.groups[0].radius.at[1, 0].set(1.2))
+    with pytest.raises(rb.ModelError, match=r"member 1: a point mass starts outside the shell .*its rail leaves the ball"):
+        bt.simulate_batch(outside, rb.PaperStep.ball(3), np.stack([PAPER_BALL_X0] * 3), T_SPAN, control_axis=None)
     with pytest.raises(rb.ModelError, match="x0s must have 15 columns"):
         bt.simulate_batch(batched, rb.PaperStep.ball(3), np.zeros((3, 7)), T_SPAN, control_axis=None)
     # An implicit solver has a Butcher tableau too (with a diagonal): the explicit group loops refuse it.
@@ -463,6 +472,9 @@ def test_strategies_are_objects_with_their_own_options(batch4, lockstep4, unchec
         bt.strategy_from_name("adaptive", group_size=8)
     with pytest.raises(rb.ModelError, match="unknown batch strategy 'fast'"):
         bt.strategy_from_name("fast")
+    # the options listed are the constructor's (the strategy's ClassVar `name` was listed too)
+    with pytest.raises(rb.ModelError, match=r"has no option 'foo' \(options: dt, fast_trig, group_size, refine, rolled\)$"):
+        bt.strategy_from_name("fixed", foo=1)
     with pytest.raises(rb.ModelError, match="Lockstep: group_size must be a positive integer"):
         bt.Lockstep(group_size=0)
     with pytest.raises(rb.ModelError, match="Shared: group_size must be a positive integer"):

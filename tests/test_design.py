@@ -107,6 +107,14 @@ def test_adam_and_bfgs_decrease_cost_and_reweighting_reuses_compilation():
     assert again.compile_time < 0.5 * adam.compile_time  # same structure: no recompilation
     bfgs = dz.optimize(problem, cost, p0, method="bfgs", max_steps=15, progress=False)
     assert bfgs.value < 0.2 * bfgs.history[0]
+    # The stall test counts accepted steps only: BFGS's iterations 2-8 here are line-search
+    # trials at the unchanged starting cost (0.0835), which with patience=3 ended the run as
+    # "cost stalled" (converged=True) before the fix; measured now: 0.0835 -> 7.8e-4.
+    patient = dz.optimize(problem, cost, p0, method="bfgs", max_steps=15, patience=3, progress=False)
+    assert patient.value < 0.2 * patient.history[0] and not patient.message.startswith("cost stalled")
+    # a stall is reported, and is not convergence (Adam: 99 % improvement asked per step)
+    stalled = dz.optimize(problem, cost, p0, method="adam", max_steps=5, patience=1, stall_rtol=0.99, progress=False)
+    assert stalled.message.startswith("cost stalled") and not stalled.converged and stalled.iterations == 2
     # stop_when returns the iterate that meets it, even when it is not the best so far:
     # gradient *ascent* (a negative rate) takes the endpoint error past twice its start
     # (9.1e-3 → 4.0e-2 at the second iterate) while the cost rises (0.083 → 1.60), so the
@@ -115,6 +123,30 @@ def test_adam_and_bfgs_decrease_cost_and_reweighting_reuses_compilation():
     ascent = dz.optimize(problem, cost, p0, method="adam", max_steps=30, learning_rate=-0.05, progress=False,
                          stop_when={"-endpoint_error": -2 * e0})
     assert ascent.message.startswith("stop_when") and ascent.metrics["endpoint_error"] >= 2 * e0
+
+
+def test_cost_weights_bounds_and_names_are_checked():
+    """Negative or non-finite weights (√weight · residual would be NaN, which the
+    optimisers take for a failed solve: LM then reported cost 2e16 with a negative term),
+    non-positive bounds, unknown term names and parameters that are not a dict are refused
+    with messages naming them. Nothing is compiled."""
+    for make, what in ((lambda: dz.TargetGC((2.0, 1.0), -1.0), "TargetGC weight"),
+                       (lambda: dz.ControlEffort(float("nan")), "ControlEffort weight"),
+                       (lambda: dz.RailSpeedBound(-1.0), "RailSpeedBound max_speed"),
+                       (lambda: dz.RailSpeedBound(0.0), "RailSpeedBound max_speed")):
+        with pytest.raises(ValueError, match=f"{what} must be finite and (non-negative|positive)"):
+            make()
+    cost = dz.Cost(dz.TargetGC((1.0, 0.0)), dz.ControlEffort(0.0))  # a zero weight switches a term off
+    with pytest.raises(ValueError, match="weight of TargetGC must be finite and non-negative; got -5.0"):
+        cost.reweight(TargetGC=-5.0)
+    with pytest.raises(ValueError, match="factor must be finite"):
+        cost.scaled(float("inf"))
+    with pytest.raises(KeyError, match=r"unknown cost term 'Target'; terms are \['TargetGC', 'ControlEffort'\]"):
+        cost.term("Target")
+    assert cost.term("ControlEffort").weight == 0.0
+    problem = dz.DesignProblem(make_paper_ball(), PAPER_BALL_X0, 1.0, 3)
+    with pytest.raises(ValueError, match="params must be a dict like problem.initial_params"):
+        dz.optimize(problem, cost, np.zeros((3, 4)), progress=False)
 
 
 def test_adam_stops_at_an_iterate_whose_solve_failed():

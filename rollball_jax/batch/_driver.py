@@ -49,7 +49,10 @@ def host_device_flags(n: int | None = None) -> str:
 # ======================================================================================
 
 
-def _as_batched(x, name: str, axis, B: int):
+def _as_batched(x, name: str, axis, B: int, shared_option: str | None = None):
+    """``(x, its batch axis)``: a list stacked, or a pytree with batch axis ``axis`` (0, or
+    None for one shared by all members). ``shared_option``: the keyword that shares it
+    (named in the error message), if ``simulate_batch`` has one."""
     if isinstance(x, (list, tuple)):
         if len(x) != B:
             raise ModelError(f"{name}: {len(x)} given for a batch of {B} members")
@@ -62,8 +65,8 @@ def _as_batched(x, name: str, axis, B: int):
         if eqx.is_array(leaf) and (np.ndim(leaf) == 0 or np.shape(leaf)[0] != B):
             raise ModelError(
                 f"{name}: array leaf of shape {np.shape(leaf)} has no leading batch axis of length {B}; "
-                f"pass a list, a batch made by rollball_jax.batch.stack, or {name[:-1]}_axis=None for one "
-                f"{name[:-1]} shared by all members"
+                f"pass a list or a batch made by rollball_jax.batch.stack"
+                + (f", or {shared_option}=None for one {name[:-1]} shared by all members" if shared_option else "")
             )
     return x, 0
 
@@ -460,7 +463,7 @@ def simulate_batch(
         raise ModelError(f"x0s must have shape (B, N); got {x0s.shape}")
     B = x0s.shape[0]
     models, _ = _as_batched(models, "models", 0, B)
-    controls, control_axis = _as_batched(controls, "controls", control_axis, B)
+    controls, control_axis = _as_batched(controls, "controls", control_axis, B, "control_axis")
     m_t, c_t = _template(models, controls, control_axis)
     if x0s.shape[1] != m_t.state_size:
         raise ModelError(f"x0s must have {m_t.state_size} columns ({', '.join(m_t.state_labels())}); got {x0s.shape[1]}")
@@ -565,7 +568,7 @@ def _check_initial_states(models, x0s, m_t) -> None:
     k = m_t.versor_index
     if k is not None:
         norms = np.linalg.norm(x0s[:, k : k + 4], axis=1)
-        bad = np.nonzero(~(np.abs(norms - 1.0) <= checks.VERSOR_TOL))[0]
+        bad = np.nonzero(~checks.versor_norm_ok(norms))[0]
         if bad.size:
             i = int(bad[0])
             checks.versor(x0s[i, k : k + 4], f"x0s[{i}, {k}:{k + 4}] (q of member {i})")
@@ -573,7 +576,9 @@ def _check_initial_states(models, x0s, m_t) -> None:
         out = np.asarray(_outside_fn(models, jnp.asarray(x0s)))
         if np.any(out):
             i = int(np.argmax(out))
-            raise ModelError(f"x0s of member {i}: a point mass starts outside the shell (|ζ(θ)| ≥ r)")
+            raise ModelError(f"member {i}: a point mass starts outside the shell (|ζ(θ)| ≥ r): its rail leaves the "
+                             f"ball, or x0s[{i}] puts the mass where it does (a batch built by rollball_jax.batch.stack "
+                             "from checked models can only get here through edited arrays or x0s)")
 
 
 @eqx.filter_jit

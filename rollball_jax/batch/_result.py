@@ -49,7 +49,9 @@ class BatchResult:
     ys : (B, T, N)             states at ``ts`` (paper ordering); NaN/inf after a failure.
     x_final : (B, N)           state at ``t_final``.
     t_final : (B,)             time reached (t1 on success).
-    status : (B,) int          0 = success, else a diffrax ``RESULTS`` code (:func:`status_name`).
+    status : (B,) int          0 = success, else a diffrax ``RESULTS`` code or one of the
+                               package's own (101 ``nonfinite_vector_field``, 102
+                               ``rail_left``; :func:`status_name`, ``causes``).
     num_steps, num_accepted_steps, num_rejected_steps : (B,) int
         step counts (shared by a group in modes ``shared``/``fixed``).
     error_estimate : (B,)      modes ``shared``/``fixed``: max over accepted steps of the

@@ -14,6 +14,7 @@ sweep configuration files). Measurements: ``docs/batch.md``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -128,7 +129,7 @@ def strategy_from_name(name: str, **options) -> AbstractBatchStrategy:
         raise ModelError(f"unknown batch strategy {name!r}; choose one of {MODES}")
     cls = STRATEGIES[name]
     options = {k: v for k, v in options.items() if v is not None}
-    fields = {f for f in cls.__dataclass_fields__ if not f.startswith("_")}
+    fields = {f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}  # not the ClassVar name
     extra = sorted(set(options) - fields)
     if extra:
         raise ModelError(f"strategy {name!r} has no option {extra[0]!r} (options: {', '.join(sorted(fields)) or 'none'})")

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ..errors import concrete
 from .problem import Evaluation
 
 _TINY = 1e-300
@@ -40,6 +41,20 @@ FAILED_RESIDUAL = 1e8
 
 def _w(weight):
     return jnp.asarray(weight, dtype=jnp.float64)
+
+
+def _checked(value, what: str, *, positive: bool = False):
+    """``value`` as a float64 array, refused (``ValueError`` naming ``what``) when concrete
+    and not finite, or negative (``positive``: not > 0). A negative weight would make the
+    weighted residual √weight·r NaN, which the optimisers take for a failed solve."""
+    v = _w(value)
+    c = concrete(v)
+    if c is not None:
+        c = np.asarray(c)
+        if not np.all(np.isfinite(c)) or np.any(c <= 0 if positive else c < 0):
+            need = "positive" if positive else "non-negative"
+            raise ValueError(f"{what} must be finite and {need}; got {c.tolist()}")
+    return v
 
 
 def _norm(v, axis=-1):
@@ -104,7 +119,7 @@ class TargetGC(AbstractCostTerm):
 
     def __init__(self, target, weight=1.0):
         self.target = _target2(target)
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
 
     def raw_residuals(self, ev):
         return ev.gc_final - self.target
@@ -132,7 +147,7 @@ class FinalRest(AbstractCostTerm):
     hold: bool = eqx.field(static=True)
 
     def __init__(self, weight=1.0, equilibrium=True, hold=True, rate_scale=1.0):
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
         self.rate_scale = _w(rate_scale)
         self.equilibrium = bool(equilibrium)
         self.hold = bool(hold)
@@ -176,7 +191,7 @@ class FinalHeading(AbstractCostTerm):
     def __init__(self, heading, weight=1.0, axis=(1.0, 0.0, 0.0)):
         self.heading = _w(heading)
         self.axis = jnp.asarray(axis, dtype=jnp.float64)
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
 
     def _direction(self, ev):
         h = (ev.observables(ev.x_final)["orientation"] @ self.axis)[:2]
@@ -212,7 +227,7 @@ class TrackPath(AbstractCostTerm):
 
     def __init__(self, reference: Callable, weight=1.0, start=0.0, end=np.inf):
         self.reference = reference
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
         self.start = _w(start)
         self.end = _w(end)
 
@@ -272,7 +287,7 @@ class ControlEffort(AbstractCostTerm):
     weight: Float[Array, ""]
 
     def __init__(self, weight=1.0):
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
 
     def _nodes(self, ev):
         knots = getattr(ev.control, "knots", None)
@@ -304,7 +319,7 @@ class Continuity(AbstractCostTerm):
 
     def __init__(self, pairs, weight=1e4):
         self.pairs = tuple(int(j) for j in pairs)
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
 
     def raw_residuals(self, ev):
         if not self.pairs:
@@ -335,8 +350,8 @@ class RailSpeedBound(AbstractCostTerm):
     margin: Float[Array, ""]
 
     def __init__(self, max_speed, weight=1.0, margin=0.0):
-        self.max_speed = _w(max_speed)
-        self.weight = _w(weight)
+        self.max_speed = _checked(max_speed, "RailSpeedBound max_speed", positive=True)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
         self.margin = _w(margin)
 
     def raw_residuals(self, ev):
@@ -362,8 +377,8 @@ class RailAccelBound(AbstractCostTerm):
     per_interval: int = eqx.field(static=True)
 
     def __init__(self, max_accel, weight=1.0, margin=0.0, per_interval=8):
-        self.max_accel = _w(max_accel)
-        self.weight = _w(weight)
+        self.max_accel = _checked(max_accel, "RailAccelBound max_accel", positive=True)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
         self.margin = _w(margin)
         self.per_interval = int(per_interval)
 
@@ -402,7 +417,7 @@ class KeepOutDiscs(AbstractCostTerm):
         if self.centers.shape[1:] != (2,) or self.radii.shape != self.centers.shape[:1]:
             raise ValueError("KeepOutDiscs needs centers (k, 2) and radii (k,)")
         self.margin = _w(margin)
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
 
     def _distance(self, ev):
         return _norm(ev.gc[:, None, :] - self.centers[None], axis=-1)  # (T, k)
@@ -432,7 +447,7 @@ class ContactFeasibility(AbstractCostTerm):
     def __init__(self, n_min=0.0, mu=None, weight=1.0):
         self.n_min = _w(n_min)
         self.mu = None if mu is None else _w(mu)
-        self.weight = _w(weight)
+        self.weight = _checked(weight, f"{type(self).__name__} weight")
 
     def raw_residuals(self, ev):
         cf = ev.contact()
@@ -522,6 +537,9 @@ class Cost(eqx.Module):
         return out
 
     def term(self, name: str) -> AbstractCostTerm:
+        """The term called ``name``; ``KeyError`` listing the names otherwise."""
+        if name not in self.names:
+            raise KeyError(f"unknown cost term {name!r}; terms are {list(self.names)}")
         return self.terms[self.names.index(name)]
 
     def reweight(self, **weights: float) -> "Cost":
@@ -532,9 +550,10 @@ class Cost(eqx.Module):
         terms = list(self.terms)
         for name, w in weights.items():
             i = self.names.index(name)
-            terms[i] = eqx.tree_at(lambda t: t.weight, terms[i], _w(w))
+            terms[i] = eqx.tree_at(lambda t: t.weight, terms[i], _checked(w, f"weight of {name}"))
         return Cost(*terms, names=self.names)
 
     def scaled(self, factor: float | Array) -> "Cost":
         """All weights times ``factor``."""
+        factor = _checked(factor, "scaled: factor")
         return Cost(*[eqx.tree_at(lambda t: t.weight, t, t.weight * factor) for t in self.terms], names=self.names)

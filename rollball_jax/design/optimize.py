@@ -77,6 +77,9 @@ METHODS = (*LEAST_SQUARES, *MINIMISERS, "adam")
 
 _TAGS = frozenset()
 _STOP_WHEN_MESSAGE = "stop_when: every metric condition holds"
+_TARGET_MESSAGE = "target_cost reached"
+#: stop reasons that count as converged (the stall test and a callback do not)
+_MET = (_STOP_WHEN_MESSAGE, _TARGET_MESSAGE)
 _LSQ_OPTIONS = {"jac": "fwd"}
 _MIN_OPTIONS = {"autodiff_mode": "bwd"}
 
@@ -220,7 +223,8 @@ class DesignResult:
     iterations : optimiser iterations (steps, including rejected trust-region steps).
     wall_time : seconds, including compilation; ``compile_time``: the first iteration's
         seconds (compilation + one step).
-    converged : the optimiser's own stopping test (or ``target_cost``) was met.
+    converged : the optimiser's own stopping test, ``target_cost`` or ``stop_when`` was met
+        (not when the cost stalled, a callback stopped it, or ``max_steps`` ran out).
     message : why it stopped.
     ts, xs : sample times (T,) and states (T, N) of the optimised design (design solve).
     value, breakdown, metrics : final cost, per-term weighted values, term metrics.
@@ -328,6 +332,9 @@ def optimize(
     template = problem.initial_params()
     if params is None:
         params = template
+    elif not isinstance(params, dict):
+        raise ValueError(f"params must be a dict like problem.initial_params() "
+                         f"({ {k: v.shape for k, v in template.items()} }); got {type(params).__name__}")
     else:
         params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.float64), params)
         if jax.tree_util.tree_structure(params) != jax.tree_util.tree_structure(template) or any(
@@ -344,22 +351,28 @@ def optimize(
     converged, message = False, "max_steps reached"
     bar = tqdm(total=max_steps, desc=desc or f"design ({method})", disable=not progress, leave=False)
     steps = 0
-    best_loss, since_best = math.inf, 0
+    best_loss, since_best, last_loss = math.inf, 0, None
 
     def stop_reason(k, params, loss, xs) -> str | None:
         """Why to stop after iterate ``k`` (``None``: go on): ``target_cost``, ``callback``,
         ``stop_when``, then the stall test (which also keeps its count)."""
-        nonlocal best_loss, since_best
+        nonlocal best_loss, since_best, last_loss
         if target_cost is not None and loss <= target_cost:
-            return "target_cost reached"
+            return _TARGET_MESSAGE
         if callback and callback(k, params, loss, xs):
             return "stopped by callback"
         if stop_when and conditions_met(cost_report(params, problem, cost, xs)[2], stop_when):
             return _STOP_WHEN_MESSAGE
-        if loss < best_loss * (1.0 - stall_rtol):
-            best_loss, since_best = loss, 0
-        else:
-            since_best += 1
+        # The stall count runs over accepted steps only: a rejected trial (a line search
+        # backtracking, a trust region shrinking) leaves the accepted cost bit-for-bit
+        # unchanged. Counting those, BFGS from zero controls stopped after 20 backtracking
+        # trials at its first iterate (cost 49 990.6 unchanged) instead of reaching ~945.
+        if loss != last_loss:
+            if loss < best_loss * (1.0 - stall_rtol):
+                best_loss, since_best = loss, 0
+            else:
+                since_best += 1
+        last_loss = loss
         if patience is not None and since_best >= patience:
             return f"cost stalled (no relative improvement > {stall_rtol:g} in {patience} iterations)"
         return None
@@ -383,7 +396,7 @@ def optimize(
                 bar.set_postfix(cost=f"{loss:.3e}")
                 reason = stop_reason(k, params, loss, xs)
                 if reason is not None:
-                    converged, message = True, reason
+                    converged, message = reason in _MET, reason
                     if reason == _STOP_WHEN_MESSAGE:
                         best = (loss, params, xs)  # the iterate that meets the conditions
                     break
@@ -413,7 +426,7 @@ def optimize(
                     break
                 reason = stop_reason(k, params, loss, xs)
                 if reason is not None:
-                    converged, message = True, reason
+                    converged, message = reason in _MET, reason
                     break
     finally:
         bar.close()

@@ -191,12 +191,12 @@ def _discrete_trajectory(model, control, x0, ts, solver, rtol, atol, max_steps, 
     )
 
 
-def _check_inputs(model, control, x0, ts, rtol, atol, max_steps, times: str = "ts") -> None:
+def _check_inputs(model, control, x0, ts, rtol, atol, max_steps, times: str = "ts", pair: bool = False) -> None:
     """Argument checks of the differentiable entry points. Shapes are checked always (they
     are static, also under ``jax.jit``/``grad``/``vmap``: a wrong state length would
     otherwise surface as a JAX type error from inside the solve); values only when
     concrete (under a transformation the traced values were checked when built).
-    ``times``: the name of ``ts`` in the caller's signature (``"t_span"`` for two times)."""
+    ``times``, ``pair``: as :func:`_check_times`."""
     from . import checks
     from .models import AbstractModel
 
@@ -210,15 +210,18 @@ def _check_inputs(model, control, x0, ts, rtol, atol, max_steps, times: str = "t
     if np.ndim(x0) != 1 or np.shape(x0)[0] != model.state_size:  # as checks.state's message
         got = np.shape(x0)[0] if np.ndim(x0) == 1 else f"shape {np.shape(x0)}"
         raise ModelError(f"'x0' must have length {model.state_size} ({', '.join(model.state_labels())}); got {got}")
-    _check_times(ts, times)
+    _check_times(ts, times, pair)
     x = concrete(x0)
     if x is not None:
         checks.state(model, x)
 
 
-def _check_times(ts, name: str) -> None:
-    """Save times ``ts``: one axis of at least two (always); finite and strictly increasing
-    (when concrete). ``ModelError`` naming ``name`` otherwise."""
+def _check_times(ts, name: str, pair: bool = False) -> None:
+    """Save times ``ts``: one axis of at least two, exactly two with ``pair`` (always);
+    finite and strictly increasing (when concrete). ``ModelError`` naming ``name`` (the
+    argument's name in the caller's signature: ``"ts"``, ``"t_span"``) otherwise."""
+    if pair and np.shape(ts) != (2,):
+        raise ModelError(f"'{name}' must be (t0, t1); got shape {np.shape(ts)}")
     if np.ndim(ts) != 1 or np.shape(ts)[0] < 2:
         raise ModelError(f"'{name}' must be a 1-d sequence of at least two times (t0 first); got shape {np.shape(ts)}")
     t = concrete(ts)
@@ -232,9 +235,7 @@ def final_state(model, control, x0, t_span: TimeSpan, **solve_kw) -> Float[Array
     """State at ``t_span[1]`` ``(N,)``; keywords and errors as :func:`trajectory` (``t_span``
     must be ``(t0, t1)`` with ``t0 < t1``)."""
     t_span = float64_arg(t_span)
-    _check_times(t_span, "t_span")
-    if np.shape(t_span) != (2,):
-        raise ModelError(f"'t_span' must be (t0, t1); got shape {np.shape(t_span)}")
+    _check_times(t_span, "t_span", pair=True)
     return trajectory(model, control, x0, t_span, **solve_kw)[-1]
 
 
@@ -298,9 +299,7 @@ def running_cost(
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):
         raise ValueError("running_cost supports adjoint='discrete' only")
-    _check_inputs(model, control, x0, t_span, rtol, atol, max_steps, times="t_span")
-    if np.shape(t_span) != (2,):
-        raise ModelError(f"'t_span' must be (t0, t1); got shape {np.shape(t_span)}")
+    _check_inputs(model, control, x0, t_span, rtol, atol, max_steps, times="t_span", pair=True)
     return _running_cost_solve(
         model, control, float64_arg(x0), float64_arg(t_span), integrand, solver, float64_arg(rtol),
         float64_arg(atol), int(max_steps), discrete_adjoint.tangent_mode(tangent_control), bool(throw),

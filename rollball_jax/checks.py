@@ -10,7 +10,7 @@ Rules stated once, here:
   afterwards every model constructor and solve entry point refuses to run
   (:func:`require_x64`): float32 cannot meet the default tolerances (1e-10) and the
   model checks (a rotation matrix orthonormal to 1e-9) fail for rounding.
-* **Versor.** A ball state's versor ``q`` must have unit length to within
+* **Versor.** A state's versor ``q`` (ball, Chaplygin ball, the bodies of ``rollball_jax.rigid``) must have unit length to within
   ``VERSOR_TOL = 1e-6`` (a state from a previous solve at the default tolerances drifts far
   less); anything else, including ``q = 0``, is refused, never normalised silently
   (normalise it yourself, ``q / |q|``, or use :meth:`Ball.initial_state`).
@@ -123,7 +123,7 @@ def versor(q, name: str) -> None:
     if not versor_norm_ok(norm):
         raise ModelError(
             f"'{name}': the versor q = {np.asarray(q).tolist()} has |q| = {norm:.12g}; it must have unit length "
-            f"(to within {VERSOR_TOL:g}): normalise it (q / |q|) or build the state with Ball.initial_state"
+            f"(to within {VERSOR_TOL:g}): normalise it (q / |q|) or build the state with the model's initial_state"
         )
 
 

@@ -165,9 +165,12 @@ class AbstractModel(eqx.Module):
 
     def check_state(self, x, name: str = "x0", outside=None) -> None:
         """Host-side rules a concrete state ``x`` ``(N,)`` must satisfy beyond length and
-        finiteness (e.g. the ball's unit versor); raises ``ModelError`` naming ``name``.
-        ``outside``: :meth:`outside` at ``x``, if the caller already computed it."""
-        return None
+        finiteness; raises ``ModelError`` naming ``name``. ``outside``: :meth:`outside` at
+        ``x``, if the caller already computed it. Default: a versor at :attr:`versor_index`
+        (if any) of unit length to within ``checks.VERSOR_TOL``."""
+        k = self.versor_index
+        if k is not None:
+            checks.versor(np.asarray(x)[k : k + 4], f"{name}[{k}:{k + 4}] (q)")
 
     @property
     def versor_index(self) -> int | None:

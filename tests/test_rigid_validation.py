@@ -48,6 +48,26 @@ def test_initial_state_errors():
         rigid.Kirchhoff(GOOD6).state_from_body(q=[2.0, 0.0, 0.0, 0.0])
     with pytest.raises(ModelError, match="'x0' must have length 13"):
         rb.simulate(rigid.Kirchhoff(GOOD6), rb.ConstantControl([]), np.zeros(7), (0.0, 1.0))
+    with pytest.raises(ModelError, match="'mass' must be positive"):
+        rigid.rigid_body_inertia(-1.0, [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("model", [
+    rigid.FreeRigidBody([1.0, 2.0, 2.5]),
+    rigid.HeavyTop(1.0, [1.0, 1.5, 2.0], [0.0, 0.0, 0.3], g=9.81),
+    rigid.Kirchhoff(GOOD6), rigid.NewtonEuler(GOOD6), rigid.Lagrange(GOOD6),
+], ids=lambda m: type(m).__name__)
+def test_every_solve_refuses_a_non_unit_versor(model):
+    """A solve's initial versor must be a unit quaternion for the rigid bodies as for the
+    ball (they used none of the ball's check: a heavy top from |q| = 0.954 ran, its |Γ|²
+    drifting over 0.71-1.0, and q = 0 ran too). Refused before anything is compiled; the
+    same rule (within 1e-6) as the builders' ``initial_state``, which accepted only 1e-8."""
+    assert model.versor_index == 0
+    x0 = np.asarray(model.initial_state())
+    for q in ([0.9, 0.3, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0 + 2e-6, 0.0, 0.0, 0.0]):
+        with pytest.raises(ModelError, match=r"'x0\[0:4\] \(q\)': the versor .* must have unit length"):
+            rb.simulate(model, rb.ConstantControl([]), np.r_[q, x0[4:]], (0.0, 1.0))
+    assert np.all(np.isfinite(model.initial_state(q=[1.0 + 5e-7, 0.0, 0.0, 0.0])))  # within the tolerance
 
 
 def test_traced_parameters_skip_value_checks():

@@ -14,6 +14,7 @@ from jaxtyping import Array, Inexact
 
 from .._typing import ArrayInput
 
+from .. import checks
 from ..checks import positive, principal_moments  # noqa: F401  (shared with the Ball; used as _common.*)
 from ..errors import ModelError, concrete
 from ..geometry import quat_multiply, sharp
@@ -46,11 +47,13 @@ def finite(x, name: str) -> None:
 
 
 def versor(q: ArrayInput, name: str = "q") -> Inexact[Array, "4"]:
-    """A unit quaternion ``(4,)`` (|q| = 1 to 1e-8, as :meth:`rollball_jax.Ball.initial_state`)."""
+    """A unit quaternion ``(4,)``: |q| = 1 to within ``checks.VERSOR_TOL``, the rule of
+    :meth:`rollball_jax.Ball.initial_state` and of every solve's initial state
+    (``ModelError`` otherwise)."""
     q = vector(q, name, 4)
     qv = concrete(q)
-    if qv is not None and abs(np.linalg.norm(qv) - 1.0) > 1e-8:
-        raise ModelError(f"initial versor '{name}' must have unit length; |q| = {np.linalg.norm(qv):.12g}")
+    if qv is not None:
+        checks.versor(np.asarray(qv), name)
     return q
 
 

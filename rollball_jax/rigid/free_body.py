@@ -37,6 +37,11 @@ class AbstractVersorBody(AbstractModel):
     def state_size(self) -> int:
         return 7
 
+    @property
+    def versor_index(self) -> int:
+        """q0 is x[0] (checked to be unit in every solve's initial state)."""
+        return 0
+
     def state_labels(self) -> list[str]:
         return _common.orientation_labels() + ["Omega1", "Omega2", "Omega3"]
 

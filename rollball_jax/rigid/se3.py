@@ -68,7 +68,10 @@ def rigid_body_inertia(mass: ArrayInput, inertia: ArrayInput, cm: ArrayInput = (
     ``mass`` m; ``inertia`` about the centre of mass, principal moments ``(3,)`` or a
     symmetric ``(3, 3)`` tensor, body frame; ``cm`` c ``(3,)`` the centre of mass from O.
     Returns [[m 1, −m ĉ], [m ĉ, 𝕀_G + m(|c|² 1 − c cᵀ)]] (T = ½m|u + Ω × c|² + ½⟨𝕀_G Ω, Ω⟩).
+    Raises ``ModelError`` for a mass that is not positive and finite (when concrete) or an
+    inertia of another shape; the models check 𝕄 itself (symmetric positive definite).
     """
+    _common.positive(mass, "mass")
     m = jnp.asarray(mass, dtype=jnp.float64)
     inertia = jnp.asarray(inertia, dtype=jnp.float64)
     if inertia.shape == (3,):
@@ -127,6 +130,11 @@ class AbstractSE3Body(AbstractModel):
     @property
     def state_size(self) -> int:
         return 13
+
+    @property
+    def versor_index(self) -> int:
+        """q0 is x[0] (checked to be unit in every solve's initial state)."""
+        return 0
 
     @abc.abstractmethod
     def _velocity_labels(self) -> list[str]:

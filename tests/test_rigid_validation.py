@@ -50,6 +50,10 @@ def test_initial_state_errors():
         rb.simulate(rigid.Kirchhoff(GOOD6), rb.ConstantControl([]), np.zeros(7), (0.0, 1.0))
     with pytest.raises(ModelError, match="'mass' must be positive"):
         rigid.rigid_body_inertia(-1.0, [1.0, 1.0, 1.0])
+    # a control with outputs for a body without masses is refused, not ignored (while tracing)
+    body = rigid.FreeRigidBody([1.0, 2.0, 2.5])
+    with pytest.raises(ModelError, match=r"control returns u of shape \(1,\) but the model has 0 masses"):
+        rb.simulate(body, rb.ConstantControl([0.0]), body.initial_state(), (0.0, 1.0))
 
 
 @pytest.mark.parametrize("model", [

@@ -145,6 +145,7 @@ def trajectory(
     order make the solve raise as for a passed-over save time).
     """
     adj = resolve_adjoint(adjoint, checkpoints)
+    x0, ts = float64_arg(x0), float64_arg(ts)  # one array each, also from a tuple holding a traced time
     _check_inputs(model, control, x0, ts, rtol, atol, max_steps)
     if isinstance(adj, dfx.BacksolveAdjoint):
         # derivatives with respect to the times through the ODE's identities, as for the
@@ -260,8 +261,11 @@ def distance_to_target(model, control, x0, t_span, target: FloatInput["2"], *, z
 
     Written as sqrt(d² + tiny) so its gradient stays finite at d = 0.
     """
+    target = float64_arg(target)
+    if np.shape(target) != (2,):
+        raise ModelError(f"'target' must be a horizontal position (x, y), shape (2,); got shape {np.shape(target)}")
     gc = final_gc(model, control, x0, t_span, z_a=z_a, **solve_kw)
-    d = gc[:2] - float64_arg(target)
+    d = gc[:2] - target
     return jnp.sqrt(jnp.sum(d * d) + 1e-300)
 
 
@@ -299,6 +303,7 @@ def running_cost(
     adj = resolve_adjoint(adjoint, checkpoints)
     if not isinstance(adj, str):
         raise ValueError("running_cost supports adjoint='discrete' only")
+    x0, t_span = float64_arg(x0), float64_arg(t_span)
     _check_inputs(model, control, x0, t_span, rtol, atol, max_steps, times="t_span", pair=True)
     return _running_cost_solve(
         model, control, float64_arg(x0), float64_arg(t_span), integrand, solver, float64_arg(rtol),

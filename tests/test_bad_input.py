@@ -343,6 +343,16 @@ def test_derivative_functions_refuse_bad_times_and_state_shapes_also_under_trans
             transform(lambda x: rb.final_gc(ball, CTL, x, (0.0, 1.0))[0])(x0[:14])
     with pytest.raises(ModelError, match=r"'x0' must have length 15 .*; got shape \(1, 15\)"):
         jax.jit(lambda x: rb.final_state(ball, CTL, x, (0.0, 1.0)))(x0[None])
+    with pytest.raises(ModelError, match=r"'target' must be a horizontal position \(x, y\)"):
+        rb.distance_to_target(ball, CTL, x0, (0.0, 1.0), [1.0, 2.0, 3.0])
+    # times given as a tuple holding a traced time (as the README writes spans) are accepted
+    # by every derivative function (traced only: eval_shape compiles nothing); the first
+    # version of the checks above converted such a tuple with NumPy and raised JAX's
+    # TracerArrayConversionError in rb.trajectory and rb.running_cost
+    for f in (lambda t1: rb.trajectory(ball, CTL, x0, (0.0, 0.5, t1))[-1, 13],
+              lambda t1: rb.final_gc(ball, CTL, x0, (0.0, t1))[0],
+              lambda t1: rb.running_cost(ball, CTL, x0, (0.0, t1), lambda t, x: x[13] ** 2)):
+        assert jax.eval_shape(jax.grad(f), 1.0).shape == ()
 
 
 # ---- 6. the README's own example --------------------------------------------------------------

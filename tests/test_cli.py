@@ -115,6 +115,26 @@ def test_run_directory_files(ball_run):
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
 
 
+def test_run_into_an_earlier_run_replaces_it(ball_run, tmp_path):
+    """A run into the directory of an earlier one (the default runs/<name> of a rerun)
+    removes the earlier run's files it does not write itself: the paper ball's figures are
+    gone after a --no-plots disk run there (they stayed, beside the disk's trajectory),
+    files that are not the run's are kept, and summary.json lists the figures too."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(ball_run[1], out)
+    (out / "notes.txt").write_text("mine")
+    assert set(json.loads((out / "summary.json").read_text())["files"]) >= set(FIGURES)
+    result = runner.invoke(app, ["run", "paper-disk", "-o", str(out), "--no-plots", "--n-save", "201", "--rtol", "1e-12",
+                                 "--solver", "dopri8"])
+    assert result.exit_code == 0, result.output
+    assert "replaced the earlier run there (removed its" in result.output
+    assert not list(out.glob("*.png")) and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "notes.txt", "summary.json", "trajectory.nc"]
+    assert json.loads((out / "summary.json").read_text())["files"] == ["config.toml", "summary.json", "trajectory.nc"]
+
+
 def test_disk_run_with_overrides(disk_run):
     result, out = disk_run
     assert result.stdout == ""  # --quiet

@@ -8,6 +8,7 @@ with status 2; a failed solve (``SimulationError``) or an unwritable output exit
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -100,13 +101,24 @@ def run(
         raise _fail(f"{cfg.name}: {e}", EXIT_RUN_FAILED) from None
 
     try:
-        from .output import write_run
+        from .output import SUMMARY_FILE, write_json, write_run
 
+        previous = _previous_run_files(run_dir / SUMMARY_FILE)
         paths = dict(write_run(run_dir, solution, cfg))
         if plots:
             from .plotting import plot_run
 
             paths.update(plot_run(solution, run_dir))
+        # A run into the directory of an earlier one replaces it: the earlier run's files
+        # that this one did not write (e.g. its figures, with --no-plots now) are removed,
+        # other files are kept. summary.json lists every file of the run, figures included.
+        written = sorted(p.name for p in paths.values())
+        stale = sorted(set(previous) - set(written))
+        for name in stale:
+            (run_dir / name).unlink(missing_ok=True)
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+        summary["files"] = written
+        write_json(run_dir / SUMMARY_FILE, summary)
     except (OSError, RuntimeError) as e:
         raise _fail(f"cannot write the run directory {run_dir}: {e}", EXIT_RUN_FAILED) from None
 
@@ -126,6 +138,17 @@ def run(
     typer.echo(f"  final GC (spatial): {_fmt_vec(solution.gc[-1])}")
     typer.echo(f"  energy: {float(energy[0]):.10g} -> {float(energy[-1]):.10g}")
     typer.echo(f"  wrote {run_dir}/: {', '.join(p.name for p in paths.values())}")
+    if previous:
+        typer.echo("  replaced the earlier run there" + (f" (removed its {', '.join(stale)})" if stale else ""))
+
+
+def _previous_run_files(summary_path: Path) -> list[str]:
+    """The files listed by an earlier run's ``summary.json`` (plain names only), or []."""
+    try:
+        files = json.loads(summary_path.read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [f for f in files if isinstance(f, str) and f == Path(f).name and not f.startswith(".")]
 
 
 @app.command()

@@ -149,6 +149,9 @@ def test_spec_table_order_and_determinism(spec_file):
         ({"grid": [{"path": "masses[7].mass", "values": [1.0]}]}, r"grid\[0\].path: masses\[7\].mass: masses\[7\] does not exist"),
         ({"grid": [{"path": "model.m0", "values": [-1.0]}]}, r"grid\[0\].path: model.m0 = -1.0: model.m0: must be positive"),
         ({"grid": [{"path": "model.m0", "value": [1.0]}]}, r"grid\[0\].value: unknown key"),
+        # a value from linspace (a NumPy float) is printed as a number, not as np.float64(0.5)
+        ({"grid": [{"path": "control.amplitud", "linspace": [0.5, 1.5, 3]}]},
+         r"grid\[0\].path: control.amplitud = 0.5: control.amplitud: unknown key; did you mean 'amplitude'"),
         ({"random": {"seed": 0, "n": 2, "params": [{"path": "model.g", "uniform": [2.0, 1.0]}]}}, r"needs lo < hi"),
         ({"run": {"mode": "fast"}}, r"run.mode: unknown mode 'fast'"),
         ({"bogus": 1}, r"bogus: unknown key in a sweep file"),

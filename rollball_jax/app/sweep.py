@@ -454,7 +454,7 @@ def sweep_from_mapping(mapping: Mapping[str, Any], *, name: str = "sweep", sourc
         except SweepError as e:
             raise SweepError(f"{where}: {e}") from None
         except ConfigError as e:
-            raise SweepError(f"{where}: {p} = {first!r}: {e}") from None
+            raise SweepError(f"{where}: {p} = {float(first)!r}: {e}") from None
 
     run = mapping.get("run", {})
     if not isinstance(run, dict):
@@ -579,7 +579,7 @@ class _FastPlan:
                 try:
                     cfg = build_from_mapping(spec.member_mapping({p: v}))
                 except ConfigError as e:
-                    raise SweepError(f"run.build = 'fast': {p} = {v!r} (end of its range) is invalid: {e}") from None
+                    raise SweepError(f"run.build = 'fast': {p} = {float(v)!r} (end of its range) is invalid: {e}") from None
                 new = [np.asarray(x) for x in jax.tree.leaves((cfg.model, cfg.control))] + [np.asarray(cfg.x0)]
                 old = self.leaves + [self.x0]
                 if jax.tree.structure((cfg.model, cfg.control)) != self.treedef or any(a.shape != b.shape for a, b in zip(new, old)):

@@ -13,7 +13,7 @@ Rules stated once, here:
 * **Versor.** A state's versor ``q`` (ball, Chaplygin ball, the bodies of ``rollball_jax.rigid``) must have unit length to within
   ``VERSOR_TOL = 1e-6`` (a state from a previous solve at the default tolerances drifts far
   less); anything else, including ``q = 0``, is refused, never normalised silently
-  (normalise it yourself, ``q / |q|``, or use :meth:`Ball.initial_state`).
+  (normalise it yourself, ``q / |q|``, or use the model's ``initial_state``).
 * **Tolerances and limits.** ``rtol``, ``atol`` positive and finite; ``max_steps`` a
   positive integer.
 """
@@ -132,6 +132,13 @@ def positive(x, name: str) -> None:
     v = concrete(x)
     if v is not None and (np.any(~np.isfinite(v)) or np.any(v <= 0)):
         raise ModelError(f"'{name}' must be positive and finite; got {np.asarray(v).tolist()}")
+
+
+def non_negative(x, name: str) -> None:
+    """Every entry of a concrete ``x`` non-negative and finite (traced values are not checked)."""
+    v = concrete(x)
+    if v is not None and (np.any(~np.isfinite(v)) or np.any(v < 0)):
+        raise ModelError(f"'{name}' must be non-negative and finite; got {np.asarray(v).tolist()}")
 
 
 def principal_moments(inertia, name: str = "inertia"):

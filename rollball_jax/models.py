@@ -383,7 +383,7 @@ class Ball(AbstractModel):
     def check_state(self, x, name: str = "x0", outside=None) -> None:
         """The versor q = x[2n:2n+4] must have unit length (to within ``checks.VERSOR_TOL``);
         every mass strictly inside the shell."""
-        checks.versor(x[2 * self.n : 2 * self.n + 4], f"{name}[{2 * self.n}:{2 * self.n + 4}] (q)")
+        super().check_state(x, name)  # the versor at versor_index = 2n
         _check_rails_along(self, np.zeros(1), np.asarray(x)[None], error=ModelError, outside=outside)
 
     @property

@@ -134,12 +134,12 @@ def test_cost_weights_bounds_and_names_are_checked():
                        (lambda: dz.ControlEffort(float("nan")), "ControlEffort weight"),
                        (lambda: dz.RailSpeedBound(-1.0), "RailSpeedBound max_speed"),
                        (lambda: dz.RailSpeedBound(0.0), "RailSpeedBound max_speed")):
-        with pytest.raises(ValueError, match=f"{what} must be finite and (non-negative|positive)"):
+        with pytest.raises(ValueError, match=f"'{what}' must be (non-negative|positive) and finite"):
             make()
     cost = dz.Cost(dz.TargetGC((1.0, 0.0)), dz.ControlEffort(0.0))  # a zero weight switches a term off
-    with pytest.raises(ValueError, match="weight of TargetGC must be finite and non-negative; got -5.0"):
+    with pytest.raises(ValueError, match="'weight of TargetGC' must be non-negative and finite; got -5.0"):
         cost.reweight(TargetGC=-5.0)
-    with pytest.raises(ValueError, match="factor must be finite"):
+    with pytest.raises(ValueError, match="factor' must be non-negative and finite; got inf"):
         cost.scaled(float("inf"))
     with pytest.raises(KeyError, match=r"unknown cost term 'Target'; terms are \['TargetGC', 'ControlEffort'\]"):
         cost.term("Target")

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..errors import concrete
+from .. import checks
 from .problem import Evaluation
 
 _TINY = 1e-300
@@ -44,17 +44,12 @@ def _w(weight):
 
 
 def _checked(value, what: str, *, positive: bool = False):
-    """``value`` as a float64 array, refused (``ValueError`` naming ``what``) when concrete
-    and not finite, or negative (``positive``: not > 0). A negative weight would make the
-    weighted residual √weight·r NaN, which the optimisers take for a failed solve."""
-    v = _w(value)
-    c = concrete(v)
-    if c is not None:
-        c = np.asarray(c)
-        if not np.all(np.isfinite(c)) or np.any(c <= 0 if positive else c < 0):
-            need = "positive" if positive else "non-negative"
-            raise ValueError(f"{what} must be finite and {need}; got {c.tolist()}")
-    return v
+    """``value`` as a float64 array, refused (``ModelError``, a ``ValueError``, naming
+    ``what``) when concrete and not finite, or negative (``positive``: not > 0). A negative
+    weight would make the weighted residual √weight·r NaN, which the optimisers take for a
+    failed solve."""
+    (checks.positive if positive else checks.non_negative)(value, what)
+    return _w(value)
 
 
 def _norm(v, axis=-1):

@@ -10,7 +10,23 @@ class RollballError(Exception):
 
 
 class ModelError(RollballError, ValueError):
-    """Invalid model, rail or control parameters (raised at construction)."""
+    """Invalid model, rail or control parameters (raised at construction).
+
+    Attributes
+    ----------
+    mass : int or None
+        Index (from 0, in the model's mass order) of the point mass whose rail is at fault
+        (a rail leaving the ball, or a disk's rail leaving the x–z plane); ``None`` when the
+        error is not about one mass. The message numbers masses from 1, as the paper does.
+    detail : str
+        The message without the words naming the mass (``"reaches |ζ(θ)| = …"``), for
+        callers that name the mass their own way (a config file's ``masses[0].rail``).
+    """
+
+    def __init__(self, message: str, mass: int | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.mass = mass
+        self.detail = message if detail is None else detail
 
 
 class SimulationError(RollballError, RuntimeError):

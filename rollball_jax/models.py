@@ -90,10 +90,9 @@ def _check_rails_inside(rails: RailSet, radius, chi0) -> None:
     bad = np.nonzero(~(reach < r))[0]
     if bad.size:
         i = int(bad[0])
-        raise ModelError(
-            f"rail of mass {i + 1} reaches |ζ(θ)| = {reach[i]:.12g} >= radius {float(r):.12g}: "
-            "every rail must stay strictly inside the ball"
-        )
+        detail = (f"reaches |ζ(θ)| = {reach[i]:.12g} >= radius {float(r):.12g}: "
+                  "every rail must stay strictly inside the ball")
+        raise ModelError(f"rail of mass {i + 1} {detail}", mass=i, detail=detail)
 
 
 def _shell_scalars(m0, radius, g):
@@ -469,7 +468,9 @@ class Disk(AbstractModel):
         off = np.max(np.abs(pts[..., 1]), axis=1)
         bad = np.nonzero(off > 1e-12)[0]
         if bad.size:
-            raise ModelError(f"rail of mass {int(bad[0]) + 1} leaves the disk's x–z plane (|ζ_y| = {off[bad[0]]:.3g})")
+            i = int(bad[0])
+            detail = f"leaves the disk's x–z plane (|ζ_y| = {off[i]:.3g})"
+            raise ModelError(f"rail of mass {i + 1} {detail}", mass=i, detail=detail)
 
     @property
     def n(self) -> int:

@@ -250,7 +250,9 @@ BALL_ERRORS = [
     (_set("masses[1].rail.raidus", 0.5), r"^masses\[1\]\.rail\.raidus: unknown key; did you mean 'radius'\?"),
     (_set("masses[2].rail.radius", "big"), r"^masses\[2\]\.rail\.radius: expected a number, got string 'big'"),
     (_set("masses[2].rail.radius", -0.5), r"^masses\[2\]\.rail\.radius: must be positive"),
-    (_set("masses[0].rail.radius", 1.0), r"^masses\[0\]\.rail: the rail reaches \|ζ\| = 1 .*strictly inside the ball"),
+    (_set("masses[0].rail.radius", 1.0), r"^masses\[0\]\.rail: the rail reaches \|ζ\(θ\)\| = 1 >= radius 1: every rail must stay strictly inside the ball"),
+    # the model numbers masses from 1 (mass 3), the file's path from 0 (ModelError.mass)
+    (_set("masses[2].rail.radius", 1.2), r"^masses\[2\]\.rail: the rail reaches \|ζ\(θ\)\| = 1\.2 >= radius 1:"),
     (_set("masses[0].rail.rotation", [[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]]), r"^masses\[0\]\.rail: give either 'v'"),
     (_set("masses[0].rail.type", "square"), r"^masses\[0\]\.rail\.type: unknown value 'square'"),
     (_set("masses[0].rail", 0.5), r"^masses\[0\]\.rail: expected a table, got number 0.5"),
@@ -288,7 +290,7 @@ def test_ball_errors_name_the_key(ball_mapping, edit, pattern):
 DISK_ERRORS = [
     (_set("model.inertia", [1.0, 1.0, 1.0]), r"^model\.inertia: unknown key"),
     (_set("model.chi0", [0.1, 0.2, 0.0]), r"^model\.chi0: a disk's χ0 must lie in the x–z plane"),
-    (_set("masses[3].rail.v", [math.pi / 2, 0.0, 1.0]), r"^masses\[3\]\.rail: a disk's rails must lie in the body x–z plane"),
+    (_set("masses[3].rail.v", [math.pi / 2, 0.0, 1.0]), r"^masses\[3\]\.rail: the rail leaves the disk's x–z plane \(\|ζ_y\| = "),
     (_set("masses[1].rail", {"type": "spoke", "direction": [1.0, 0.0, 0.0], "limits": [-0.5, 1.5]}), r"^masses\[1\]\.rail: the rail reaches"),
     (_set("initial.q", [1.0, 0.0, 0.0, 0.0]), r"^initial\.q: unknown key"),
     (_set("initial.z", [0.0, 0.0]), r"^initial\.z: expected a number"),

@@ -95,6 +95,22 @@ def control(ctrl, name: str = "control") -> None:
         )
 
 
+def control_output(model, ctrl) -> None:
+    """``ctrl(t, x)`` has the shape ``(model.n,)`` (one θ̈ per point mass) for a float64 time
+    and state ``(model.state_size,)``; ``ModelError`` otherwise. Only shapes are traced
+    (``jax.eval_shape``: nothing is computed, so it holds under ``jax.jit``/``grad`` too),
+    also for a model without masses, whose control the solve never evaluates (e.g.
+    ``rb.ConstantControl([])``)."""
+    import jax
+    import jax.numpy as jnp
+
+    t = jax.ShapeDtypeStruct((), jnp.float64)
+    x = jax.ShapeDtypeStruct((model.state_size,), jnp.float64)
+    u_shape = jax.eval_shape(ctrl, t, x).shape
+    if u_shape != (model.n,):
+        raise ModelError(f"control returns u of shape {u_shape} but the model has {model.n} masses")
+
+
 def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
     """A concrete state ``(N,)`` of ``model``: length, finiteness, model rules (versor,
     masses inside the shell; ``outside``: ``model.outside(x)`` if already computed)."""

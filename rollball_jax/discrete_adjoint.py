@@ -57,7 +57,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import hijax as hx
 
-from . import _rk
+from . import _rk, checks
 from ._reverse_sweep import reverse_sweep
 from ._executor import own_executor
 from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS
@@ -436,6 +436,10 @@ class ModelField:
 
 def model_field(model, control):
     """``(vf, params)`` for :func:`solve`: the model's vector field (a :class:`ModelField`)
-    with the inexact array leaves of ``(model, control)`` as parameters."""
+    with the inexact array leaves of ``(model, control)`` as parameters. Raises
+    ``ModelError`` if ``control`` does not return one θ̈ per mass (its output's shape is
+    traced, so this costs ~1 ms where it runs: inside the jit-compiled solves, once per
+    compilation)."""
+    checks.control_output(model, control)
     params, static = eqx.partition((model, control), eqx.is_inexact_array)
     return ModelField(static), params

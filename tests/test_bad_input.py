@@ -325,7 +325,8 @@ def test_derivative_functions_refuse_bad_times_and_state_shapes_also_under_trans
     message (a decreasing ``t_span`` used to reach the solve and fail there with "a save
     time was passed over ..."), and a state of the wrong length also under ``jax.grad``
     and ``jax.jit``, where the value checks are skipped but the shape is known (it used to
-    surface as JAX's "cond branches must have equal output types"). Nothing is compiled:
+    surface as JAX's "cond branches must have equal output types"), and a control for
+    another number of masses (JAX's broadcasting error before). Nothing is compiled:
     every case is refused while tracing."""
     x0 = jnp.asarray(PAPER_BALL_X0)
     with pytest.raises(ModelError, match=r"'t_span' must be finite and strictly increasing .*\[1\.0, 0\.0\]"):
@@ -345,6 +346,15 @@ def test_derivative_functions_refuse_bad_times_and_state_shapes_also_under_trans
         jax.jit(lambda x: rb.final_state(ball, CTL, x, (0.0, 1.0)))(x0[None])
     with pytest.raises(ModelError, match=r"'target' must be a horizontal position \(x, y\)"):
         rb.distance_to_target(ball, CTL, x0, (0.0, 1.0), [1.0, 2.0, 3.0])
+    # a control for another number of masses, in every derivative function and adjoint, also
+    # under jax.jit (it surfaced as JAX's "mul got incompatible shapes for broadcasting")
+    two = rb.ConstantControl([0.0, 0.0])
+    for call in (lambda x: rb.final_gc(ball, two, x, (0.0, 1.0)),
+                 lambda x: rb.trajectory(ball, two, x, jnp.array([0.0, 0.5, 1.0]), adjoint="backsolve"),
+                 lambda x: rb.running_cost(ball, two, x, (0.0, 1.0), lambda t, x: t),
+                 jax.jit(lambda x: rb.state_transition_matrix(ball, two, x, (0.0, 1.0)))):
+        with pytest.raises(ModelError, match=r"control returns u of shape \(2,\) but the model has 3 masses"):
+            call(x0)
     # times given as a tuple holding a traced time (as the README writes spans) are accepted
     # by every derivative function (traced only: eval_shape compiles nothing); the first
     # version of the checks above converted such a tuple with NumPy and raised JAX's

@@ -95,6 +95,15 @@ def control(ctrl, name: str = "control") -> None:
         )
 
 
+def control_value(u, n: int):
+    """``u`` (the control's output inside a vector field) if its shape is ``(n,)``; else
+    ``ModelError``. Shapes are static, so this costs nothing at run time and holds under
+    every JAX transformation (it runs while the field is traced)."""
+    if np.shape(u) != (n,):
+        raise ModelError(f"control returns u of shape {tuple(np.shape(u))} but the model has {n} masses")
+    return u
+
+
 def control_output(model, ctrl) -> None:
     """``ctrl(t, x)`` has the shape ``(model.n,)`` (one θ̈ per point mass) for a float64 time
     and state ``(model.state_size,)``; ``ModelError`` otherwise. Only shapes are traced

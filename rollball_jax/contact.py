@@ -37,7 +37,7 @@ from ._typing import FloatInput
 
 from ._dispatch import float64_arg
 from .controls import AbstractControl
-from .dynamics.ball import _all_masses
+from .dynamics.ball import all_masses
 from .observables import Kinematics
 
 __all__ = [
@@ -107,7 +107,7 @@ def cm_acceleration(model, control: AbstractControl, t, x, context: dict | None 
     lam, omega = k.orientation, k.omega
     omega_dot = model.body_angular_acceleration(x, f)
     u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
-    m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, k.theta, k.theta_dot, u)
+    m, zeta, dzeta, ddzeta, td, uu = all_masses(model, k.theta, k.theta_dot, u)
     zeta_dot = td[:, None] * dzeta
     zeta_ddot = uu[:, None] * dzeta + (td**2)[:, None] * ddzeta
     a_body = (

@@ -365,6 +365,30 @@ def test_derivative_functions_refuse_bad_times_and_state_shapes_also_under_trans
         assert jax.eval_shape(jax.grad(f), 1.0).shape == ()
 
 
+def test_control_for_another_number_of_masses_is_refused_everywhere():
+    """The vector fields check the control's output shape while they are traced (free at
+    run time), so every route refuses it with one message: an empty control was taken for
+    u = 0 by the field, the Jacobians and the contact force (silently), and the solves
+    raised JAX's broadcasting or "cond branches" errors (found by a fresh-user trial).
+    Nothing is compiled: each case is refused while tracing."""
+    from rollball_jax import design as dz
+
+    disk = rb.Disk(1.0, 1.0, 0.5, masses=[1.0, 1.0], rails=[rb.CircleRail([0.5, 0.3])])
+    x = disk.initial_state(theta=[0.3, 0.1], theta_dot=[0.5, 0.2])
+    for size in (0, 1, 3):
+        ctl = rb.ConstantControl(np.zeros(size))
+        for call in (lambda: disk.vector_field(0.0, x, ctl),
+                     lambda: rb.jacobians.state_jacobian(disk, ctl, 0.0, x),
+                     lambda: rb.contact_forces(disk, ctl, jnp.zeros(1), x[None]),
+                     lambda: dz.linearisation(disk, ctl, 0.0, x),
+                     lambda: rb.integrate(disk, ctl, x, jnp.array([0.0, 1.0])),
+                     lambda: rb.simulate(disk, ctl, x, (0.0, 1.0)),
+                     lambda: rb.scipy_bridge.solve_with_scipy(disk, ctl, x, (0.0, 1.0)),
+                     lambda: batch.simulate_batch([disk, disk], ctl, np.stack([x, x]), (0.0, 1.0), control_axis=None)):
+            with pytest.raises(ModelError, match=rf"control returns u of shape \({size},?\) but the model has 2 masses"):
+                call()
+
+
 # ---- 6. the README's own example --------------------------------------------------------------
 
 

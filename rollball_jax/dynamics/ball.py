@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Inexact
 
 from .._typing import FloatInput
+from ..checks import control_value
 from ..geometry import matvec, quat_multiply, rotation_matrix, sharp
 from ._linalg import solve3
 
@@ -26,7 +27,7 @@ def ball_state_split(x: Inexact[Array, " N"], n: int):
     return x[:n], x[n : 2 * n], x[2 * n : 2 * n + 4], x[2 * n + 4 : 2 * n + 7], x[2 * n + 7 : 2 * n + 9]
 
 
-def _all_masses(model, theta, theta_dot, u):
+def all_masses(model, theta, theta_dot, u):
     """Stack m0 (index 0, ζ0 = χ0 fixed) with the point masses: arrays of length n+1."""
     zeta, dzeta, ddzeta = model.rails.evaluate(theta)
     zero3 = jnp.zeros((1, 3), dtype=zeta.dtype)
@@ -76,12 +77,12 @@ def ball_field_parts(t, x: FloatInput[" N"], model, control):
     ``ż = ((ΛΩ) × r e3)₁₂``. Arguments as :func:`ball_vector_field`."""
     n = model.n
     theta, theta_dot, q, omega_body, _ = ball_state_split(x, n)
-    u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
+    u = control_value(control(t, x), n) if n else jnp.zeros((0,), dtype=x.dtype)
     r = model.radius
     lam = rotation_matrix(q)  # (2.15)
     gamma = lam[2]  # Γ = Λᵀ e3 (7.6)
     gamma_tilde = matvec(lam.T, model.force(t))  # Γ̃ = Λᵀ F_e
-    m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, theta, theta_dot, u)
+    m, zeta, dzeta, ddzeta, td, uu = all_masses(model, theta, theta_dot, u)
     core = BallCore(m, zeta, dzeta, ddzeta, td, uu, gamma, gamma_tilde, omega_body, model.inertia, r, model.g)
     q_dot = 0.5 * quat_multiply(q, sharp(omega_body))  # (2.21)
     omega_spatial = matvec(lam, omega_body)  # ω = ΛΩ (7.6)

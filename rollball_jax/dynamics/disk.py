@@ -6,7 +6,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Inexact
 
 from .._typing import FloatInput
-from .ball import _all_masses
+from ..checks import control_value
+from .ball import all_masses
 
 
 def disk_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, " N"]:
@@ -27,9 +28,9 @@ def disk_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, 
     """
     n = model.n
     theta, theta_dot, phi, phi_dot = x[:n], x[n : 2 * n], x[2 * n], x[2 * n + 1]
-    u = control(t, x) if n else jnp.zeros((0,), dtype=x.dtype)
+    u = control_value(control(t, x), n) if n else jnp.zeros((0,), dtype=x.dtype)
     r = model.radius
-    m, zeta, dzeta, ddzeta, td, uu = _all_masses(model, theta, theta_dot, u)
+    m, zeta, dzeta, ddzeta, td, uu = all_masses(model, theta, theta_dot, u)
     sp, cp = jnp.sin(phi), jnp.cos(phi)
     z1, z3 = zeta[:, 0], zeta[:, 2]
     dz1, dz3 = dzeta[:, 0], dzeta[:, 2]

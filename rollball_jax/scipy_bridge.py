@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from . import checks
 from ._typing import FloatInput, RealScalar, TimeSpan
 
 from .controls import AbstractControl
@@ -118,11 +119,9 @@ def check_inputs(model, x0, t_span, t_eval):
     """Validate and convert ``(x0, t0, t1, t_eval)`` (raises ``ModelError``)."""
     if not isinstance(model, AbstractModel):
         raise ModelError(f"model must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
-    x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
-    if x0.shape != (model.state_size,):
-        raise ModelError(f"x0 must have length {model.state_size} ({', '.join(model.state_labels())}); got {x0.shape[0]}")
-    if not np.all(np.isfinite(x0)):
-        raise ModelError("x0 contains non-finite values")
+    if np.ndim(x0) != 1:
+        raise ModelError(f"'x0' must be a state vector of length {model.state_size}; got shape {np.shape(x0)}")
+    x0 = checks.state(model, x0)  # length, finite, the model's rules (unit versor, masses inside)
     t0, t1 = float(t_span[0]), float(t_span[1])
     if not t1 > t0:
         raise ModelError(f"t_span must satisfy t0 < t1; got {t_span}")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
-from conftest import make_paper_ball, make_paper_disk
+from conftest import PAPER_BALL_X0, make_paper_ball, make_paper_disk
 from rollball_jax import jacobians as jj
 from rollball_jax.scipy_bridge import numpy_functions, solve_with_scipy
 
@@ -91,12 +91,21 @@ def test_steps_output_and_explicit_method():
     np.testing.assert_allclose(direct.xs[0], res.xs[-1], rtol=0, atol=1e-13)
 
 
-def test_scipy_failure_raises_simulation_error():
+def test_scipy_failure_raises_simulation_error(unchecked_types):
     model = make_paper_disk()
     bad = rb.FunctionControl(lambda t, p: jnp.where(t > 0.05, jnp.nan, 1.0) * jnp.ones(4))
     x0 = np.array([-np.pi / 2] * 4 + [0.0] * 6)
     with pytest.raises(rb.SimulationError) as info:
         solve_with_scipy(model, bad, x0, (0.0, 1.0), method="RK45", rtol=1e-8, atol=1e-8)
     assert 0.0 < info.value.t_reached <= 0.1
-    with pytest.raises(rb.ModelError):
+    with pytest.raises(rb.ModelError, match="'x0' must have length 10"):
         solve_with_scipy(model, rb.PaperStep.disk(4), x0[:-1], (0.0, 1.0))
+    # the model's own state rules, as rb.simulate (a versor of length 2 was integrated
+    # with a non-orthogonal Λ, silently; found by a fresh-user trial)
+    ball = make_paper_ball()
+    xq = PAPER_BALL_X0.copy()
+    xq[6:10] = [2.0, 0.0, 0.0, 0.0]
+    with pytest.raises(rb.ModelError, match=r"the versor q = .* has \|q\| = 2; it must have unit length"):
+        solve_with_scipy(ball, rb.PaperStep.ball(3), xq, (0.0, 1.0), method="DOP853")
+    with pytest.raises(rb.ModelError, match=r"'x0' must be a state vector of length 15; got shape \(3, 5\)"):
+        solve_with_scipy(ball, rb.PaperStep.ball(3), PAPER_BALL_X0.reshape(3, 5), (0.0, 1.0))

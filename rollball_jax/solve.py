@@ -422,7 +422,11 @@ def simulate(
         probe_ts, probe = jax.device_get(_field_probe(model, control, np.asarray(t_end), np.asarray(y_end)))
         field_bad = _nonfinite_field_message(model, probe_ts, probe)
         if code == CODES["event_occurred"]:
-            model.check_trajectory(np.asarray([t_reached]), np.asarray(y_end)[None])  # raises naming the mass
+            # the saved states up to the event, then the event's: raises naming the mass and
+            # the first save time where it was past a spoke's end (a mass can leave its spoke
+            # well before it reaches the shell, which is what stops the solve)
+            before = ts < t_reached
+            model.check_trajectory(np.append(ts[before], t_reached), np.vstack([ys[before], np.asarray(y_end)[None]]))
         elif field_bad is not None:
             raise SimulationError(
                 f"solve failed at t = {t_reached:.9g} of [{t0:g}, {t1:g}]: {field_bad[1]}",

@@ -336,3 +336,28 @@ def test_geometric_weights_and_validation(paper_ball, inverted_disk):
     np.testing.assert_allclose(np.asarray(geo.gains), np.asarray(lqr.gains), rtol=0, atol=1e-12 * float(np.max(np.abs(lqr.gains))))
     x = jnp.asarray(x_eq) + jnp.array([2 * np.pi, 0.0, 0.0, 0.0])
     np.testing.assert_allclose(np.asarray(geo(1.0, x)), np.asarray(geo(1.0, jnp.asarray(x_eq))), atol=1e-12)
+    # found by a fresh-user trial: n_grid = 1 built a controller returning NaN, an indefinite
+    # or asymmetric R failed in the Riccati solve with a generic message, a NaN nominal was
+    # accepted, and gains of the wrong shape surfaced as JAX's dot_general error
+    for kw, match in (({"n_grid": 1}, "'n_grid' must be an integer >= 3"),
+                      ({"R": np.zeros((1, 1))}, "'R' must be positive definite"),
+                      ({"R": -np.eye(1)}, "'R' must be positive definite; its smallest eigenvalue is -1"),
+                      ({"Q": np.diag([1.0, 1.0, -1.0, 1.0])}, "'Q' must be positive semi-definite"),
+                      ({"Qf": np.triu(np.ones((4, 4)))}, "'Qf' must be a finite symmetric matrix")):
+        with pytest.raises(rb.ModelError, match=match):
+            dz.tvlqr(disk, dctl, x_eq, (0.0, 10.0), **kw)
+    ts = np.linspace(0.0, 10.0, 5)
+    xs = np.tile(x_eq, (5, 1))
+    xs_nan = xs.copy()
+    xs_nan[2, 0] = np.nan
+    with pytest.raises(rb.ModelError, match=r"nominal states must be finite; the one at t = 5 \(index 2\)"):
+        dz.tvlqr(disk, dctl, None, (0.0, 10.0), nominal=(ts, xs_nan))
+    with pytest.raises(rb.ModelError, match=r"'x0' must have shape \(4,\)"):
+        dz.tvlqr(disk, dctl, np.array([np.nan, 1.0, 2.0]), (0.0, 10.0), nominal=(ts, xs))
+    with pytest.raises(rb.ModelError, match="tvlqr needs 'x0'"):
+        dz.tvlqr(disk, dctl, None, (0.0, 10.0))
+    for bad in ({"gains": lqr.gains[:, :, :3], "gains_second": lqr.gains_second[:, :, :3]},  # M = 3, N = 4
+                {"gains": jnp.swapaxes(lqr.gains, 1, 2), "gains_second": jnp.swapaxes(lqr.gains_second, 1, 2)}):
+        with pytest.raises(rb.ModelError, match="TVLQRControl: 'gains' has shape"):
+            dz.TVLQRControl(**{f: getattr(lqr, f) for f in ("nominal", "knots", "x_nominal", "x_second", "gains",
+                                                           "gains_second")} | bad)

@@ -51,7 +51,7 @@ from .._rejection_limit import RejectionLimit
 from .._typing import ArrayInput, FloatInput, RealScalar, TimeSpan
 
 from ..controls import AbstractControl, ConstantControl, _natural_spline_operator
-from ..errors import ModelError, SimulationError
+from ..errors import ModelError, SimulationError, concrete
 from ..geometry import quat_conjugate, quat_multiply
 from ..models import AbstractModel
 from ..rails import CircleRail, EllipseRail, FigureEightRail
@@ -261,6 +261,21 @@ class TVLQRControl(AbstractControl):
     versor_index: int | None = eqx.field(static=True, default=None)
     wrap: tuple[int, ...] = eqx.field(static=True, default=())
 
+    def __check_init__(self):
+        # shapes only (static, also for traced leaves): a gain of the wrong shape surfaced
+        # in the solve as JAX's "dot_general requires contracting dimensions ..."
+        G, (g_x, N) = np.shape(self.knots)[0], np.shape(self.x_nominal)
+        M = N if self.versor_index is None else N - 1
+        n = np.shape(self.gains)[1] if np.ndim(self.gains) == 3 else -1
+        for name, shape, want in (("knots", np.shape(self.knots), (G,)), ("x_second", np.shape(self.x_second), (G, N)),
+                                  ("x_nominal", (g_x, N), (G, N)), ("gains", np.shape(self.gains), (G, n, M)),
+                                  ("gains_second", np.shape(self.gains_second), (G, n, M))):
+            if shape != want or G < 2:
+                raise ModelError(
+                    f"TVLQRControl: '{name}' has shape {shape}; with knots (G,) = ({G},) and x_nominal (G, N) = "
+                    f"{(g_x, N)} it must be {want} (gains (G, n, M): M = N" + ("" if M == N else " − 1 with a versor_index")
+                    + f", G >= 2); build it with rollball_jax.design.tvlqr")
+
     def __call__(self, t, x=None):
         if x is None:
             raise ModelError("TVLQRControl is a closed-loop control: call it as control(t, x)")
@@ -341,10 +356,28 @@ def _tvlqr_gains(model, control, knots, xs, x_second, Q, R, Qf, k):
     return gains, ok
 
 
+def _check_weights(Q, R, Qf) -> None:
+    """LQR weights: ``R`` symmetric positive definite, ``Q`` and ``Qf`` symmetric positive
+    semi-definite (when concrete); ``ModelError`` naming the matrix otherwise (the Riccati
+    solve failed with a generic message before)."""
+    for name, W, strict in (("Q", Q, False), ("R", R, True), ("Qf", Qf, False)):
+        w = concrete(W)
+        if w is None:
+            continue
+        w = np.asarray(w, dtype=np.float64)
+        if not np.all(np.isfinite(w)) or not np.allclose(w, w.T, rtol=1e-12, atol=1e-12 * np.max(np.abs(w), initial=0.0)):
+            raise ModelError(f"'{name}' must be a finite symmetric matrix")
+        low = float(np.min(np.linalg.eigvalsh(w))) if w.size else 0.0
+        scale = float(np.max(np.abs(w), initial=0.0))
+        if (strict and not low > 1e-12 * scale) or (not strict and low < -1e-12 * scale) or (strict and scale == 0.0):
+            kind = "positive definite" if strict else "positive semi-definite"
+            raise ModelError(f"'{name}' must be {kind}; its smallest eigenvalue is {low:.6g}")
+
+
 def tvlqr(
     model: AbstractModel,
     control: AbstractControl,
-    x0: FloatInput[" N"],
+    x0: FloatInput[" N"] | None,
     t_span: TimeSpan,
     Q: FloatInput["M M"] | None = None,
     R: FloatInput["n n"] | None = None,
@@ -375,9 +408,11 @@ def tvlqr(
     directly ``(N − 1, N − 1)``, and the errors of the rail angles of closed rails
     (:func:`periodic_angles`) wrapped into [−π, π) (the same gains: the wrap is the identity
     near the nominal); for a model without a versor only the wrap differs from
-    ``"full"``. Returns a :class:`TVLQRControl`. Raises ``ModelError`` for weights of the
-    wrong shape, a non-positive ``u_max``, a ``nominal`` of the wrong shape, an unknown
-    ``error``, or an open-loop ``control`` that is itself closed-loop.
+    ``"full"``. Returns a :class:`TVLQRControl`. ``x0`` may be ``None`` when ``nominal`` is
+    given (it is not used then). Raises ``ModelError`` for weights of the wrong shape or
+    not symmetric (``R`` positive definite, ``Q``, ``Qf`` positive semi-definite), ``n_grid``
+    below 3, a non-positive ``u_max``, a ``nominal`` of the wrong shape or not finite, an
+    unknown ``error``, or an open-loop ``control`` that is itself closed-loop.
     """
     from ..solve import simulate
 
@@ -398,7 +433,12 @@ def tvlqr(
             raise ModelError(f"'{name}' must have shape {(N, N)}" + ("" if M == N else f" or {(M, M)}") + f"; got {W.shape}")
     if R.shape != (n, n):
         raise ModelError(f"'R' must have shape {(n, n)}; got {R.shape}")
+    _check_weights(Q, R, Qf)
+    if isinstance(n_grid, bool) or not isinstance(n_grid, (int, np.integer)) or n_grid < 3:
+        raise ModelError(f"'n_grid' must be an integer >= 3 (knots of the gains' spline); got {n_grid!r}")
     if nominal is None:
+        if x0 is None:
+            raise ModelError("tvlqr needs 'x0' (the nominal motion is simulated from it) or 'nominal'")
         sol = simulate(model, control, x0, t_span, n_save=n_grid, rtol=rtol, atol=atol)
         knots, xs = np.asarray(sol.ts), jnp.asarray(sol.xs)
     else:
@@ -408,6 +448,13 @@ def tvlqr(
             raise ModelError(f"nominal must be (ts (G,), xs (G, {N})) with G >= 3; got {knots.shape}, {xs.shape}")
         if np.any(np.diff(knots) <= 0) or abs(knots[0] - t_span[0]) > 1e-12 or abs(knots[-1] - t_span[1]) > 1e-12:
             raise ModelError("nominal times must increase strictly from t_span[0] to t_span[1]")
+        xs_c = concrete(xs)
+        if xs_c is not None and not np.all(np.isfinite(xs_c)):
+            g = int(np.argmax(~np.all(np.isfinite(xs_c), axis=1)))
+            raise ModelError(f"nominal states must be finite; the one at t = {knots[g]:.6g} (index {g}) is not")
+        if x0 is not None and np.shape(x0) != (N,):
+            raise ModelError(f"'x0' must have shape {(N,)} (it is not used when 'nominal' is given: pass None); "
+                             f"got {np.shape(x0)}")
     x_second = _spline_second_derivatives(knots, xs)
     kj = jnp.asarray(knots)
     gains, ok = _tvlqr_gains(model, control, kj, xs, x_second, Q, R, Qf, k)

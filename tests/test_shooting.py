@@ -107,3 +107,15 @@ def test_multiple_shooting_finishes_a_design_single_shooting_does_not():
     dev_closed, dev_open = np.max(np.abs(closed.xs - xs)), np.max(np.abs(opened.xs - xs))
     assert dev_closed < 1e-4 and dev_open > 10 * dev_closed
     assert abs(closed.gc[-1][0] - 2.0) < 1e-5
+
+
+def test_segment_count_is_checked(unchecked_types):
+    """n_segments must be a positive integer dividing n_samples − 1 (2.5 was taken for 2,
+    silently; found by a fresh-user trial). Nothing is compiled."""
+    _, _, prob = _inverted_disk(4.0)  # n_samples − 1 = 80
+    for bad in (2.5, 0, True, "2"):
+        with pytest.raises(rb.ModelError, match="n_segments must be a positive integer"):
+            dz.MultipleShooting(prob, bad)
+    with pytest.raises(rb.ModelError, match="must be a multiple of n_segments = 3"):
+        dz.MultipleShooting(prob, 3)
+    assert dz.MultipleShooting(prob, 4).n_segments == 4

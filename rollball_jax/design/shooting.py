@@ -64,9 +64,9 @@ class MultipleShooting(eqx.Module):
     n_segments: int = eqx.field(static=True)
 
     def __init__(self, problem: DesignProblem, n_segments: int):
+        if isinstance(n_segments, bool) or not isinstance(n_segments, (int, np.integer)) or n_segments < 1:
+            raise ModelError(f"n_segments must be a positive integer; got {n_segments!r}")  # 2.5 was taken for 2
         S = int(n_segments)
-        if S < 1:
-            raise ModelError(f"n_segments must be a positive integer; got {n_segments}")
         if (problem.n_samples - 1) % S:
             raise ModelError(
                 f"n_samples − 1 = {problem.n_samples - 1} must be a multiple of n_segments = {S} "

@@ -27,7 +27,7 @@ from . import checks
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError, array_namespace, as_float64, concrete, to_jax
 from .forces import AbstractForce, ConstantForce
-from .rails import AbstractRail, RailSet, SpokeRail
+from .rails import CHECK_SAMPLES, AbstractRail, RailSet, SpokeRail
 
 
 def _scalar(x, name):
@@ -462,7 +462,8 @@ class Disk(AbstractModel):
         if self.rails.size == 0:
             return
         try:
-            pts = _host_value(self.rails.sample)
+            # as densely as the in-ball check (rails.max_distance), whose compiled sampler it shares
+            pts = _host_value(lambda: self.rails.sample(CHECK_SAMPLES))
         except Exception:  # traced rail parameters: checked when built concretely
             return
         off = np.max(np.abs(pts[..., 1]), axis=1)

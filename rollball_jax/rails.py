@@ -29,8 +29,9 @@ from ._typing import ArrayInput, FloatInput
 from .errors import ModelError, array_namespace, as_float64, concrete, to_jax
 from .geometry import matvec, paper_rail_rotation
 
-# Number of θ samples used to check that a closed rail stays inside the ball.
-_CHECK_SAMPLES = 4097
+# Number of θ samples used to check that a rail stays inside the ball (and a disk's rails in
+# its x–z plane): over one period for closed rails, between the limits for spokes.
+CHECK_SAMPLES = 4097
 
 
 def _rows(x: ArrayInput, k: int | None, tail: tuple[int, ...], name: str) -> Array:
@@ -129,7 +130,7 @@ class AbstractRail(eqx.Module):
         """``(ζ, ζ′, ζ″)`` by autodiff regardless of closed forms (for verification)."""
         return jax.vmap(lambda rail, th: rail.point_derivatives_autodiff(th))(self, theta)
 
-    def sample(self, num: int = _CHECK_SAMPLES) -> np.ndarray:
+    def sample(self, num: int = CHECK_SAMPLES) -> np.ndarray:
         """Points ζ at ``num`` equally spaced θ over :meth:`theta_range`, shape ``(k, num, 3)``."""
         lo, hi = self.theta_range()
         th = np.linspace(lo, hi, num)
@@ -367,7 +368,7 @@ class SpokeRail(AbstractRail):
     def point_derivatives(self, theta):
         return self.point(theta), self.direction, jnp.zeros_like(self.direction)
 
-    def sample(self, num: int = _CHECK_SAMPLES) -> np.ndarray:
+    def sample(self, num: int = CHECK_SAMPLES) -> np.ndarray:
         s = np.linspace(0.0, 1.0, num)
         lim = np.asarray(self.limits)
         th = lim[:, :1] + (lim[:, 1:] - lim[:, :1]) * s  # (k, num)

@@ -123,6 +123,8 @@ def control_output(model, ctrl) -> None:
 def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
     """A concrete state ``(N,)`` of ``model``: length, finiteness, model rules (versor,
     masses inside the shell; ``outside``: ``model.outside(x)`` if already computed)."""
+    if np.ndim(x) != 1:  # a (2, N/2) or (1, N) array was flattened silently
+        raise ModelError(f"'{name}' must be a state vector of length {model.state_size}; got shape {np.shape(x)}")
     v = np.asarray(x, dtype=np.float64).reshape(-1)
     if v.shape != (model.state_size,):
         raise ModelError(

@@ -326,7 +326,7 @@ class Ball(AbstractModel):
         parts = {"theta": (theta, (n,)), "theta_dot": (theta_dot, (n,)), "q": (q, (4,)), "Omega": (Omega, (3,)), "z": (z, (2,))}
         out = []
         for name, (v, shape) in parts.items():
-            v = xp.asarray(v, dtype=np.float64).reshape(-1) if n or name not in ("theta", "theta_dot") else xp.zeros(0)
+            v = xp.asarray(v, dtype=np.float64).reshape(-1)  # theta=[1, 2] for a ball without masses is refused
             if v.shape != shape:
                 raise ModelError(f"initial '{name}' must have shape {shape}; got {v.shape}")
             out.append(v)
@@ -496,8 +496,11 @@ class Disk(AbstractModel):
         theta_dot = xp.zeros(n) if theta_dot is None else xp.atleast_1d(xp.asarray(theta_dot, dtype=np.float64))
         if theta.shape != (n,) or theta_dot.shape != (n,):
             raise ModelError(f"initial 'theta' and 'theta_dot' must have shape ({n},)")
-        x = xp.concatenate([theta, theta_dot, xp.atleast_1d(xp.asarray(phi, dtype=np.float64)),
-                            xp.atleast_1d(xp.asarray(phi_dot, dtype=np.float64))])
+        phi, phi_dot = (xp.asarray(v, dtype=np.float64).reshape(-1) for v in (phi, phi_dot))
+        for name, v in (("phi", phi), ("phi_dot", phi_dot)):
+            if v.shape != (1,):  # phi=[0.1, 0.2] gave a state one too long
+                raise ModelError(f"initial '{name}' must be a number (the disk's rotation angle/rate); got {v.shape[0]} values")
+        x = xp.concatenate([theta, theta_dot, phi, phi_dot])
         return to_jax(x)
 
     def vector_field(self, t, x, control: AbstractControl):

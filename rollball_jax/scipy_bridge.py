@@ -119,8 +119,6 @@ def check_inputs(model, x0, t_span, t_eval):
     """Validate and convert ``(x0, t0, t1, t_eval)`` (raises ``ModelError``)."""
     if not isinstance(model, AbstractModel):
         raise ModelError(f"model must be a rollball_jax model (Ball, Disk, ...); got {type(model).__name__}")
-    if np.ndim(x0) != 1:
-        raise ModelError(f"'x0' must be a state vector of length {model.state_size}; got shape {np.shape(x0)}")
     x0 = checks.state(model, x0)  # length, finite, the model's rules (unit versor, masses inside)
     t0, t1 = float(t_span[0]), float(t_span[1])
     if not t1 > t0:

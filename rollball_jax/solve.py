@@ -371,7 +371,8 @@ def simulate(
         non-finite, with a versor ``|q| ≠ 1`` (beyond ``checks.VERSOR_TOL`` = 1e-6; never
         normalised silently) or a mass outside the shell; ``control`` not a control or of
         the wrong size; ``rtol``/``atol`` not positive and finite; ``max_steps``/``n_save``
-        not a positive integer; ``t_span``/``ts`` invalid; JAX switched to float32.
+        not a positive integer; ``t_span``/``ts`` invalid; ``z_a`` not finite or given
+        for a model other than a Disk; JAX switched to float32.
     SimulationError : the solver stopped early — the message names the time reached and
         the cause: ``max_steps`` reached or step size collapsed; the vector field not
         finite (with the time and the state component); a point mass leaving the shell
@@ -390,9 +391,15 @@ def simulate(
     max_steps = checks.max_steps(max_steps)
     if dt0 is not None and not checks.finite_number(dt0, "dt0") > 0:
         raise ModelError(f"'dt0' must be positive; got {dt0}")
+    if np.shape(t_span) != (2,):  # a third time was ignored, a number raised a TypeError
+        raise ModelError(f"'t_span' must be (t0, t1); got {t_span!r}")
     t0, t1 = checks.finite_number(t_span[0], "t_span[0]"), checks.finite_number(t_span[1], "t_span[1]")
     if not t1 > t0:
         raise ModelError(f"t_span must satisfy t0 < t1; got {t_span}")
+    checks.finite_number(z_a, "z_a")
+    if z_a != 0.0 and not model.planar:  # it was ignored
+        raise ModelError(f"'z_a' (the disk's initial GC position along e1, 5.41) is for a Disk; a "
+                         f"{type(model).__name__}'s position is part of its state x0")
     if ts is None:
         if isinstance(n_save, bool) or not isinstance(n_save, (int, np.integer)) or n_save < 1:
             raise ModelError(f"'n_save' must be a positive integer; got {n_save!r}")

@@ -16,7 +16,7 @@ import rollball_jax as rb
 from rollball_jax import batch, checks, config
 from rollball_jax.errors import ConfigError, ModelError, SimulationError
 
-from conftest import PAPER_BALL_X0, make_paper_ball
+from conftest import PAPER_BALL_X0, make_paper_ball, make_paper_disk
 
 
 @pytest.fixture(scope="module")
@@ -465,3 +465,30 @@ def test_host_only_functions_under_a_transformation_name_the_traceable_ones(ball
             transform(lambda x: rb.simulate(ball, CTL, x, (0.0, 1.0)).xs[-1, 0])(arg)
     with pytest.raises(rb.NotTraceableError, match=r"simulate_batch .*it batches itself"):
         jax.grad(lambda x: rb.batch.simulate_batch([ball], CTL, x[None], (0.0, 1.0), control_axis=None).ys[0, -1, 0])(x0)
+
+
+def test_simulate_and_initial_states_refuse_ill_shaped_arguments(unchecked_types):
+    """Found by a fresh-user trial, each accepted silently before: a 2-d x0 (flattened), a
+    third time in t_span (ignored; a number raised a TypeError), a NaN z_a (NaN GC
+    positions), z_a for a ball (ignored), a disk's phi of two values (a state one too long),
+    theta for a ball without masses (dropped). Nothing is compiled: each is refused before
+    the solve."""
+    ball, disk = make_paper_ball(), make_paper_disk()
+    ctl = rb.PaperStep.ball(3)
+    for kw, match in ((dict(x0=PAPER_BALL_X0.reshape(3, 5)), r"'x0' must be a state vector of length 15; got shape \(3, 5\)"),
+                      (dict(t_span=(0.0, 1.0, 2.0)), r"'t_span' must be \(t0, t1\); got \(0.0, 1.0, 2.0\)"),
+                      (dict(t_span=5.0), r"'t_span' must be \(t0, t1\); got 5.0"),
+                      (dict(z_a=float("nan")), "'z_a' must be finite"),
+                      (dict(z_a=1.0), "'z_a' .* is for a Disk; a Ball's position is part of its state x0")):
+        args = dict(x0=PAPER_BALL_X0, t_span=(0.0, 1.0)) | kw
+        with pytest.raises(ModelError, match=match):
+            rb.simulate(ball, ctl, args.pop("x0"), args.pop("t_span"), **args)
+    with pytest.raises(ModelError, match="initial 'phi' must be a number .*; got 2 values"):
+        disk.initial_state(phi=[0.1, 0.2])
+    with pytest.raises(ModelError, match="initial 'phi_dot' must be a number .*; got 4 values"):
+        disk.initial_state(phi_dot=np.ones((2, 2)))
+    np.testing.assert_array_equal(disk.initial_state(phi=0.3, phi_dot=-0.1)[8:], [0.3, -0.1])
+    shell = rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0])
+    with pytest.raises(ModelError, match=r"initial 'theta' must have shape \(0,\); got \(2,\)"):
+        shell.initial_state(theta=[1.0, 2.0])
+    assert shell.initial_state().shape == (9,)

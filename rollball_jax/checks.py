@@ -95,6 +95,31 @@ def control(ctrl, name: str = "control") -> None:
         )
 
 
+def adaptive_solver(solver, name: str = "solver") -> None:
+    """``solver`` is a diffrax solver with an error estimate (the package's solves choose
+    their steps adaptively); ``ModelError`` otherwise (diffrax raised its own
+    "Cannot use adaptive step sizes with a solver that does not provide error estimates")."""
+    import diffrax as dfx
+
+    if not isinstance(solver, dfx.AbstractAdaptiveSolver):
+        raise ModelError(
+            f"'{name}' must be an adaptive diffrax solver, one with an error estimate (Dopri8, the default; "
+            f"Tsit5, Kvaerno5, ...); got {type(solver).__name__}: the solves choose their steps by error control"
+        )
+
+
+def traced_output(fn, args: tuple, what: str, call: str):
+    """``jax.eval_shape(fn, *args)`` (nothing computed) for a user-supplied function, so that
+    one that does not trace with JAX (NumPy or Python control flow on its arguments, a
+    wrong signature) is refused when the object is built, naming it (``what``, e.g.
+    ``"FunctionRail 'fn'"``) and how it was called (``call``), instead of failing later
+    inside a solve with JAX's own error."""
+    try:
+        return jax.eval_shape(fn, *args)
+    except Exception as e:  # noqa: BLE001 - the user's function failed to trace: say so
+        raise ModelError(f"{what} failed when called as {call}: {type(e).__name__}: {e}") from e
+
+
 def control_value(u, n: int):
     """``u`` (the control's output inside a vector field) if its shape is ``(n,)``; else
     ``ModelError``. Shapes are static, so this costs nothing at run time and holds under

@@ -232,6 +232,12 @@ class FunctionControl(AbstractControl):
         self.kinks = as_float64(kink_times).reshape(-1)
         checks.finite_leaves(params, "FunctionControl.params")
         checks.finite_leaves(self.kinks, "FunctionControl.kink_times")
+        # traced once now (nothing computed), so a function that does not trace with JAX is
+        # refused here, naming it, rather than inside the first solve
+        out = checks.traced_output(lambda p: jnp.asarray(fn(jnp.zeros(()), p)), (params,), "FunctionControl 'fn'",
+                                   "fn(t, params)")
+        if len(out.shape) > 1:
+            raise ModelError(f"FunctionControl 'fn' must return the rail accelerations u of shape (n,); got shape {out.shape}")
 
     def __call__(self, t, x=None):
         return jnp.atleast_1d(self.fn(t, self.params))

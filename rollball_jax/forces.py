@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Inexact, PyTree
 
@@ -54,10 +53,7 @@ class FunctionForce(AbstractForce):
         checks.finite_leaves(params, "FunctionForce.params")
         self.fn = fn
         self.params = params
-        try:
-            out = jax.eval_shape(lambda p: jnp.asarray(fn(jnp.zeros(()), p)), params)
-        except Exception as e:  # noqa: BLE001 - the user's function failed to trace: say so
-            raise ModelError(f"FunctionForce 'fn' failed when called as fn(t, params): {type(e).__name__}: {e}") from e
+        out = checks.traced_output(lambda p: jnp.asarray(fn(jnp.zeros(()), p)), (params,), "FunctionForce 'fn'", "fn(t, params)")
         if out.shape != (3,):
             raise ModelError(f"FunctionForce 'fn' must return a spatial force of shape (3,); got shape {out.shape}")
 

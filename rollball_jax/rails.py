@@ -26,6 +26,7 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
 
+from . import checks
 from .errors import ModelError, array_namespace, as_float64, concrete, to_jax
 from .geometry import matvec, paper_rail_rotation
 
@@ -401,6 +402,10 @@ class FunctionRail(AbstractRail):
         params = jax.tree_util.tree_map(as_float64, params)
         if not batched:
             params = jax.tree_util.tree_map(lambda x: x[None], params)
+        elif (leaves := jax.tree_util.tree_leaves(params)) and (
+                any(np.ndim(x) == 0 for x in leaves) or len({np.shape(x)[0] for x in leaves}) > 1):
+            raise ModelError("FunctionRail with batched=True: every leaf of 'params' needs the same leading axis "
+                             f"(one row per mass); got shapes {[np.shape(x) for x in leaves]}")
         if params is None or not jax.tree_util.tree_leaves(params):
             params = {"_k": jnp.zeros((1,))}
         for leaf in jax.tree_util.tree_leaves(params):
@@ -409,8 +414,14 @@ class FunctionRail(AbstractRail):
                 raise ModelError(f"FunctionRail 'params' contain non-finite values: {np.asarray(v).tolist()}")
         self.params = params
         self.fn = fn
-        self.period = (float(period[0]), float(period[1]))
-        out = jax.eval_shape(lambda p: self.fn(jnp.zeros(()), p), jax.tree_util.tree_map(lambda x: x[0], params))
+        if np.shape(period) != (2,):
+            raise ModelError(f"FunctionRail 'period' must be (θ_lo, θ_hi); got {period!r}")
+        lo, hi = (checks.finite_number(v, f"FunctionRail period[{i}]") for i, v in enumerate(period))
+        if not lo < hi:
+            raise ModelError(f"FunctionRail 'period' must satisfy θ_lo < θ_hi; got {tuple(period)}")
+        self.period = (lo, hi)
+        out = checks.traced_output(lambda p: jnp.asarray(self.fn(jnp.zeros(()), p)), (jax.tree_util.tree_map(lambda x: x[0], params),),
+                                   "FunctionRail 'fn'", "fn(theta, params) with theta a scalar and params one row")
         if out.shape != (3,):
             raise ModelError(f"FunctionRail fn must return shape (3,), got {out.shape}")
 

@@ -194,6 +194,7 @@ def solve_with_scipy(
     """
     from scipy.integrate import solve_ivp
 
+    checks.control(control)  # a plain function raised "'function' object has no attribute 'kink_times'"
     x0, t0, t1, t_eval = check_inputs(model, x0, t_span, t_eval)
     fun, jac = numpy_functions(model, control)
     kwargs = dict(options)

@@ -407,6 +407,7 @@ def simulate(
     if ts.size == 0 or not np.all(np.isfinite(ts)) or ts[0] < t0 or ts[-1] > t1 or np.any(np.diff(ts) < 0):
         raise ModelError("save times 'ts' must be finite, non-decreasing and lie within t_span")
     solver = default_solver() if solver is None else solver
+    checks.adaptive_solver(solver)
     start = time.perf_counter()
     # NumPy arrays (not Python floats) so that new values reuse the compiled solve.
     f64 = np.float64

@@ -492,3 +492,34 @@ def test_simulate_and_initial_states_refuse_ill_shaped_arguments(unchecked_types
     with pytest.raises(ModelError, match=r"initial 'theta' must have shape \(0,\); got \(2,\)"):
         shell.initial_state(theta=[1.0, 2.0])
     assert shell.initial_state().shape == (9,)
+
+
+def test_user_functions_periods_and_solvers_are_checked_when_given(unchecked_types):
+    """A user's function that does not trace with JAX is refused when its rail or control is
+    built, naming it (FunctionRail raised JAX's ConcretizationTypeError there, FunctionControl
+    only inside the first solve); a FunctionRail's period must be finite and increasing (NaN
+    gave "rail reaches |ζ(θ)| = nan", a reversed one was accepted), batched params need one
+    leading axis (an IndexError); a fixed-step solver and a plain function as the SciPy
+    bridge's control get the package's message. Found by a fresh-user trial; nothing is
+    compiled."""
+    import diffrax as dfx
+
+    circle = lambda th, p: jnp.array([0.5 * jnp.cos(th), 0.0, 0.5 * jnp.sin(th)])  # noqa: E731
+    for kw, match in ((dict(period=(0.0, np.nan)), r"'FunctionRail period\[1\]' must be finite; got nan"),
+                      (dict(period=(5.0, 0.0)), r"'period' must satisfy θ_lo < θ_hi; got \(5.0, 0.0\)"),
+                      (dict(period=5.0), r"'period' must be \(θ_lo, θ_hi\)"),
+                      (dict(params={"a": 1.0}, batched=True), r"batched=True: every leaf .* got shapes \[\(\)\]"),
+                      (dict(params={"a": np.ones(2), "b": np.ones(3)}, batched=True), r"got shapes \[\(2,\), \(3,\)\]")):
+        with pytest.raises(ModelError, match=match):
+            rb.FunctionRail(circle, **kw)
+    with pytest.raises(ModelError, match="FunctionRail 'fn' failed when called as fn\\(theta, params\\).*ConcretizationTypeError"):
+        rb.FunctionRail(lambda th, p: np.array([float(th), 0.0, 0.0]))
+    with pytest.raises(ModelError, match="FunctionControl 'fn' failed when called as fn\\(t, params\\): TypeError"):
+        rb.FunctionControl(lambda t: jnp.ones(3))
+    with pytest.raises(ModelError, match=r"FunctionControl 'fn' must return .* shape \(n,\); got shape \(2, 2\)"):
+        rb.FunctionControl(lambda t, p: jnp.ones((2, 2)))
+    ball = make_paper_ball()
+    with pytest.raises(ModelError, match="'solver' must be an adaptive diffrax solver.*got Euler"):
+        rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), solver=dfx.Euler(), dt0=1e-3)
+    with pytest.raises(ModelError, match="'control' must be a rollball_jax control"):
+        rb.scipy_bridge.solve_with_scipy(ball, lambda t: np.zeros(3), PAPER_BALL_X0, (0.0, 1.0))

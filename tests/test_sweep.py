@@ -280,3 +280,40 @@ def test_fast_build_equals_building_each_member(reference, tmp_path):
 
 def load_sweep_spec_text(text):
     return sweep_from_mapping(tomllib.loads(text))
+
+
+def test_group_modes_see_every_swept_value_and_each_members_disk_position(tmp_path):
+    """Paper disk, grid initial.z = [0, 1] × masses[0].mass = [1 (the base's), −1 (invalid),
+    2], mode lockstep. Found by a fresh-user trial: the group modes decided which leaves a
+    path moves from its two smallest values, here the invalid one and the base's, so the
+    mass was held at the base value in every member (the mass-2 members ended where the
+    mass-1 ones did, status 0); and a group's GC positions used its first member's z_a.
+    Now: the mass-2 members differ from the mass-1 ones, each member equals its own
+    rb.simulate (lockstep vs adaptive steps: measured 2e-11, bound 100 tol), and the GC
+    starts at each member's z (exactly) and is shifted by it (the disk's motion does not
+    depend on z: equal to rounding)."""
+    import rollball_jax as rb
+    from rollball_jax.app.config import build_from_mapping
+
+    mapping = {"base": "paper-disk",
+               "overrides": {"time.t1": 2.0, "time.n_save": 5, "time.ts": [], "solver.rtol": 1e-9, "solver.atol": 1e-9},
+               "grid": [{"path": "initial.z", "values": [0.0, 1.0]}, {"path": "masses[0].mass", "values": [1.0, -1.0, 2.0]}],
+               "run": {"mode": "lockstep", "chunk": 8}}
+    spec = sweep_from_mapping(mapping, name="mask")
+    summary = run_sweep(spec, tmp_path / "mask", progress=False)
+    assert summary["succeeded"] == 4 and summary["invalid"] == 2
+    ds = open_sweep(tmp_path / "mask")
+    z, mass, status = ds["initial_z"].values, ds["masses_0_mass"].values, ds["status"].values
+    ok = status == 0
+    np.testing.assert_array_equal(mass[ok], [1.0, 2.0, 1.0, 2.0])
+    gc = ds["gc"].values
+    np.testing.assert_array_equal(gc[ok, 0, 0], z[ok])
+    for m in (1.0, 2.0):
+        a, b = np.flatnonzero(ok & (mass == m) & (z == 0.0))[0], np.flatnonzero(ok & (mass == m) & (z == 1.0))[0]
+        np.testing.assert_allclose(gc[b, :, 0] - 1.0, gc[a, :, 0], rtol=0, atol=1e-12)
+    i1, i2 = np.flatnonzero(ok & (mass == 1.0) & (z == 1.0))[0], np.flatnonzero(ok & (mass == 2.0) & (z == 1.0))[0]
+    assert np.max(np.abs(ds["x_final"].values[i2] - ds["x_final"].values[i1])) > 1e-2
+    cfg = build_from_mapping(spec.member_mapping({"initial.z": 1.0, "masses[0].mass": 2.0}))
+    direct = rb.simulate(cfg.model, cfg.control, cfg.x0, cfg.t_span, ts=cfg.ts, rtol=cfg.rtol, atol=cfg.atol, z_a=cfg.z_a)
+    np.testing.assert_allclose(ds["x_final"].values[i2], direct.xs[-1], rtol=0, atol=100 * 1e-9)
+    np.testing.assert_allclose(gc[i2], direct.gc, rtol=0, atol=100 * 1e-9)

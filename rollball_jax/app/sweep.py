@@ -532,7 +532,12 @@ def _batched_mask(spec: SweepSpec, table: dict[str, np.ndarray]) -> list[bool] |
     ref = [np.asarray(x) for x in jax.tree.leaves((base.model, base.control))]
     mask = [False] * len(ref)
     for p, vals in table.items():
-        for v in np.unique(vals)[:2]:
+        # Two values of the path that build and change the design are enough to see which
+        # leaves it moves; invalid values and the base's own value show nothing, so the scan
+        # goes on past them (taking just the two smallest values, a path whose smallest were
+        # invalid or the base's was held at the base value in every member, silently).
+        changing = 0
+        for v in np.unique(vals):
             try:
                 cfg = build_from_mapping(spec.member_mapping({p: v}))
             except ConfigError:
@@ -541,7 +546,11 @@ def _batched_mask(spec: SweepSpec, table: dict[str, np.ndarray]) -> list[bool] |
             if len(leaves) != len(ref) or any(a.shape != b.shape for a, b in zip(leaves, ref)):
                 _MASK_CACHE[key] = None
                 return None
-            mask = [m or bool(np.any(a != b)) for m, a, b in zip(mask, leaves, ref)]
+            moved = [bool(np.any(a != b)) for a, b in zip(leaves, ref)]
+            mask = [m or c for m, c in zip(mask, moved)]
+            changing += any(moved)
+            if changing == 2:
+                break
     _MASK_CACHE[key] = mask
     return mask
 
@@ -674,7 +683,10 @@ def _result_vars(T: int, N: int) -> dict[str, tuple[tuple[str, ...], Any, Any, s
 
 
 def _solve_into(res, members, models, controls, x0s, base_cfg, spec, table, z_a=0.0):
-    """Solve a padded same-structure batch and write members' results into ``res``."""
+    """Solve a padded same-structure batch and write members' results into ``res``.
+    ``z_a``: a disk's initial GC position, one for all or one per member (the group took
+    its first member's for all before: a sweep over a disk's ``initial.z`` wrote wrong GC
+    positions)."""
     import jax
 
     from ..batch import simulate_batch
@@ -688,7 +700,9 @@ def _solve_into(res, members, models, controls, x0s, base_cfg, spec, table, z_a=
         solver=make_solver(base_cfg.solver), rtol=base_cfg.rtol, atol=base_cfg.atol, max_steps=base_cfg.max_steps,
         dt0=base_cfg.dt0, unit=spec.chunk, batched_mask=mask,
     )
-    ctx = jax.vmap(lambda m, x: m.observable_context(x, z_a=z_a))(models, np.asarray(x0s))
+    x0s = np.asarray(x0s)
+    z_a = np.broadcast_to(np.asarray(z_a, dtype=np.float64), x0s.shape[:1])  # per member (a disk's initial.z)
+    ctx = jax.vmap(lambda m, x, za: m.observable_context(x, z_a=za))(models, x0s, z_a)
     gc, energy, heading = _observables(models, r.ys, ctx, r.x_final)
     k = len(members)
     idx = np.asarray(members)
@@ -755,7 +769,7 @@ def run_chunk(out: str | os.PathLike, c: int) -> dict:
     for members in groups.values():
         pad = members + [members[0]] * (spec.chunk - len(members))
         _solve_into(res, members, stack([cfgs[i].model for i in pad]), stack([cfgs[i].control for i in pad]),
-                    np.stack([cfgs[i].x0 for i in pad]), base_cfg, spec, table, z_a=cfgs[members[0]].z_a)
+                    np.stack([cfgs[i].x0 for i in pad]), base_cfg, spec, table, z_a=[cfgs[i].z_a for i in pad])
     ds = xr.Dataset({name: (dims, res[name]) for name, (dims, *_rest) in _result_vars(T, N).items()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -125,14 +125,28 @@ def test_run_into_an_earlier_run_replaces_it(ball_run, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(ball_run[1], out)
     (out / "notes.txt").write_text("mine")
-    assert set(json.loads((out / "summary.json").read_text())["files"]) >= set(FIGURES)
-    result = runner.invoke(app, ["run", "paper-disk", "-o", str(out), "--no-plots", "--n-save", "201", "--rtol", "1e-12",
-                                 "--solver", "dopri8"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["files"]) >= set(FIGURES)
+    # a name the run does not write is never removed, even if a summary lists it
+    (out / "summary.json").write_text(json.dumps(summary | {"files": summary["files"] + ["notes.txt"]}))
+    args = ["--no-plots", "--n-save", "201", "--rtol", "1e-12", "--solver", "dopri8"]
+    result = runner.invoke(app, ["run", "paper-disk", "-o", str(out), *args])
     assert result.exit_code == 0, result.output
     assert "replaced the earlier run there (removed its" in result.output
     assert not list(out.glob("*.png")) and (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in out.iterdir()) == ["config.toml", "notes.txt", "summary.json", "trajectory.nc"]
     assert json.loads((out / "summary.json").read_text())["files"] == ["config.toml", "summary.json", "trajectory.nc"]
+    # a summary.json rollball did not write (no version) is not obeyed at all (a fresh-user
+    # trial lost its files to one listing them)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "important.csv").write_text("a")
+    (mine / "gc_path.png").write_text("my own figure")
+    (mine / "summary.json").write_text(json.dumps({"files": ["important.csv", "gc_path.png"]}))
+    result = runner.invoke(app, ["run", "paper-disk", "-o", str(mine), *args])
+    assert result.exit_code == 0, result.output
+    assert "replaced" not in result.output
+    assert (mine / "important.csv").read_text() == "a" and (mine / "gc_path.png").read_text() == "my own figure"
 
 
 def test_disk_run_with_overrides(disk_run):

@@ -143,12 +143,21 @@ def run(
 
 
 def _previous_run_files(summary_path: Path) -> list[str]:
-    """The files listed by an earlier run's ``summary.json`` (plain names only), or []."""
+    """The files an earlier ``rollball run`` wrote there, as its ``summary.json`` lists them,
+    or []. Only a summary that rollball wrote (it names the package's version) counts, and
+    of its list only the names a run writes (trajectory, config, the figures of
+    :data:`~rollball_jax.app.plotting.FIGURES`): any other file in the directory is the
+    user's and is never removed (a hand-made summary.json listing one was obeyed before)."""
+    from .output import CONFIG_FILE, TRAJECTORY_FILE
+    from .plotting import FIGURES
+
     try:
-        files = json.loads(summary_path.read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
+        summary = json.loads(summary_path.read_text())
+        files = summary.get("files", []) if "rollball_jax_version" in summary else []
+    except (OSError, ValueError, AttributeError, TypeError):
         return []
-    return [f for f in files if isinstance(f, str) and f == Path(f).name and not f.startswith(".")]
+    ours = {TRAJECTORY_FILE, CONFIG_FILE} | {f"{name}.png" for name in FIGURES}
+    return [f for f in files if isinstance(f, str) and f in ours]
 
 
 @app.command()

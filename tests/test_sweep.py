@@ -153,6 +153,7 @@ def test_spec_table_order_and_determinism(spec_file):
         ({"grid": [{"path": "control.amplitud", "linspace": [0.5, 1.5, 3]}]},
          r"grid\[0\].path: control.amplitud = 0.5: control.amplitud: unknown key; did you mean 'amplitude'"),
         ({"random": {"seed": 0, "n": 2, "params": [{"path": "model.g", "uniform": [2.0, 1.0]}]}}, r"needs lo < hi"),
+        ({"random": {"seed": -1, "n": 2, "params": [{"path": "model.g", "uniform": [1.0, 2.0]}]}}, r"random.seed: expected a non-negative integer; got -1"),
         ({"run": {"mode": "fast"}}, r"run.mode: unknown mode 'fast'"),
         ({"bogus": 1}, r"bogus: unknown key in a sweep file"),
         ({"base": "nope"}, r"base: 'nope' is neither a file"),
@@ -170,6 +171,8 @@ def test_shipped_example_sweep_is_valid():
     assert result.exit_code == 0
     spec = sweep_from_mapping(tomllib.loads(result.stdout))
     assert spec.size == 60 and spec.n_chunks == 3
+    # a sweep smaller than its chunk is solved at its own size (was padded to the chunk)
+    assert spec.batch_size == spec.chunk and spec.with_run(chunk=256).batch_size == 60
 
 
 # ---- running ---------------------------------------------------------------------------
@@ -198,7 +201,7 @@ def test_results_store(reference, spec_file):
     # rerunning a complete sweep computes nothing
     again = run_sweep(spec, out, progress=False)
     assert again["chunks_run"] == 0
-    with pytest.raises(SweepError, match="holds a different sweep"):
+    with pytest.raises(SweepError, match=r"holds a different sweep .*: run.chunk: 2 there, 3 now; use another --out"):
         run_sweep(spec.with_run(chunk=3), out, progress=False)
 
 

@@ -249,6 +249,12 @@ class SweepSpec:
     def n_chunks(self) -> int:
         return -(-self.size // self.chunk)
 
+    @property
+    def batch_size(self) -> int:
+        """Members solved per chunk, the last chunk padded to it: ``run.chunk``, or the whole
+        sweep if it is smaller (a 10-member sweep solved 256 at the default chunk)."""
+        return min(self.chunk, self.size)
+
     def chunk_range(self, c: int) -> tuple[int, int]:
         return c * self.chunk, min((c + 1) * self.chunk, self.size)
 
@@ -413,8 +419,8 @@ def sweep_from_mapping(mapping: Mapping[str, Any], *, name: str = "sweep", sourc
             raise SweepError(f"random.{sorted(extra)[0]}: unknown key (allowed: seed, n, params)")
         seed = rnd.get("seed", 0)
         n = rnd.get("n")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise SweepError("random.seed: expected an integer")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise SweepError(f"random.seed: expected a non-negative integer; got {seed!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SweepError("random.n: expected a positive integer")
         params = rnd.get("params", [])
@@ -483,6 +489,16 @@ def load_sweep_spec(path: str | os.PathLike) -> SweepSpec:
     except tomllib.TOMLDecodeError as e:
         raise SweepError(f"{path}: invalid TOML: {e}") from None
     return sweep_from_mapping(mapping, name=p.stem, source=p)
+
+
+def _spec_difference(stored: "SweepSpec", requested: "SweepSpec") -> str:
+    """What differs between two specs, for the message refusing to resume one into the
+    other's results (``run.chunk: 256 there, 12 now``); the sections ``base``, ``grid``,
+    ``random`` are named whole."""
+    a, b = stored.to_json(), requested.to_json()
+    parts = [f"run.{k}: {a['run'][k]!r} there, {b['run'][k]!r} now" for k in a["run"] if a["run"][k] != b["run"].get(k)]
+    parts += [f"its {k} differs" for k in ("base", "grid", "random") if a[k] != b[k]]
+    return "; ".join(parts) or "its spec differs"
 
 
 def _spec_from_json(d: dict) -> SweepSpec:
@@ -698,7 +714,7 @@ def _solve_into(res, members, models, controls, x0s, base_cfg, spec, table, z_a=
     r = simulate_batch(
         models, controls, x0s, base_cfg.t_span, ts=base_cfg.ts, strategy=spec.strategy(),
         solver=make_solver(base_cfg.solver), rtol=base_cfg.rtol, atol=base_cfg.atol, max_steps=base_cfg.max_steps,
-        dt0=base_cfg.dt0, unit=spec.chunk, batched_mask=mask,
+        dt0=base_cfg.dt0, unit=spec.batch_size, batched_mask=mask,
     )
     x0s = np.asarray(x0s)
     z_a = np.broadcast_to(np.asarray(z_a, dtype=np.float64), x0s.shape[:1])  # per member (a disk's initial.z)
@@ -746,7 +762,7 @@ def run_chunk(out: str | os.PathLike, c: int) -> dict:
     cfgs: list = [None] * n
     if spec.build == "fast":
         plan = _fast_plan(spec, table)
-        models, controls, x0s = plan.assemble(table, start, stop, spec.chunk)
+        models, controls, x0s = plan.assemble(table, start, stop, spec.batch_size)
         _solve_into(res, list(range(n)), models, controls, x0s, base_cfg, spec, table, z_a=base_cfg.z_a)
         n_build = 0
     else:
@@ -767,7 +783,7 @@ def run_chunk(out: str | os.PathLike, c: int) -> dict:
     for i in valid:
         groups.setdefault(jax.tree.structure((cfgs[i].model, cfgs[i].control)), []).append(i)
     for members in groups.values():
-        pad = members + [members[0]] * (spec.chunk - len(members))
+        pad = members + [members[0]] * (spec.batch_size - len(members))
         _solve_into(res, members, stack([cfgs[i].model for i in pad]), stack([cfgs[i].control for i in pad]),
                     np.stack([cfgs[i].x0 for i in pad]), base_cfg, spec, table, z_a=[cfgs[i].z_a for i in pad])
     ds = xr.Dataset({name: (dims, res[name]) for name, (dims, *_rest) in _result_vars(T, N).items()})
@@ -868,8 +884,8 @@ def _prepare(out: Path, spec: SweepSpec, overwrite: bool) -> tuple[SweepSpec, di
         requested = spec if spec.dt is not None or spec.mode != "fixed" else dataclasses.replace(spec, dt=stored.dt)
         if stored.digest() != requested.digest():
             raise SweepError(
-                f"{out} holds a different sweep ({saved['spec']['name']!r}, digest {stored.digest()[:12]}); "
-                "use another --out, or --overwrite to discard it"
+                f"{out} holds a different sweep ({saved['spec']['name']!r}, digest {stored.digest()[:12]}): "
+                f"{_spec_difference(stored, requested)}; use another --out, or --overwrite to discard it"
             )
         return stored, saved
     if overwrite:

@@ -245,7 +245,16 @@ def _delete(path):
     return edit
 
 
+def _rename(table, old, new):
+    def edit(m):
+        m[table][new] = m[table].pop(old)
+    return edit
+
+
 BALL_ERRORS = [
+    # misspellings found by a fresh-user trial without a hint (difflib's default cutoff, case)
+    (_rename("model", "m0", "mo"), r"^model\.m0: required key is missing \(found unknown key 'model\.mo': did you mean 'm0'\?\)"),
+    (_rename("solver", "rtol", "RTOL"), r"^solver\.RTOL: unknown key; did you mean 'rtol'\?"),
     (_set("colour", "red"), r"^colour: unknown key"),
     (_set("masses[1].rail.raidus", 0.5), r"^masses\[1\]\.rail\.raidus: unknown key; did you mean 'radius'\?"),
     (_set("masses[2].rail.radius", "big"), r"^masses\[2\]\.rail\.radius: expected a number, got string 'big'"),

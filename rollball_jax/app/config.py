@@ -159,6 +159,17 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _close_key(k, candidates) -> list:
+    """The candidate key closest to the misspelt ``k`` (``[]`` or one), ignoring case and
+    with difflib's cutoff at 0.5 (its default 0.6 missed ``mo`` for ``m0``, ``RTOL`` for
+    ``rtol``)."""
+    if not isinstance(k, str):
+        return []
+    by_lower = {c.lower(): c for c in candidates if isinstance(c, str)}
+    close = difflib.get_close_matches(k.lower(), list(by_lower), n=1, cutoff=0.5)
+    return [by_lower[close[0]]] if close else []
+
+
 class _Table:
     """One TOML table with its key path; typed getters raise ConfigError naming the key."""
 
@@ -189,7 +200,7 @@ class _Table:
         if default is _MISSING:
             # A misspelt key is the usual reason: name it rather than only the missing one.
             unknown = [u for u in self.mapping if u not in self.used and isinstance(u, str)]
-            close = difflib.get_close_matches(k, unknown, n=1)
+            close = _close_key(k, unknown)
             hint = f" (found unknown key {self.key(close[0])!r}: did you mean {k!r}?)" if close else ""
             raise ConfigError(f"{self.key(k)}: required key is missing{hint}")
         return default
@@ -247,7 +258,7 @@ class _Table:
         if unknown:
             k = unknown[0]
             known = sorted(self.used)
-            close = difflib.get_close_matches(k, known, n=1)
+            close = _close_key(k, known)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             allowed = f" (allowed here: {', '.join(known)})" if known else ""
             raise self.error(k, f"unknown key{hint}{allowed}")

@@ -224,6 +224,9 @@ def test_resume_after_kill_gives_identical_results(reference, spec_file, cache_e
     assert not status["complete"] and status["chunks_done"] == 1
     first = json.loads(marker0.read_text())
     assert first["pid"] == proc.pid
+    # plotting an incomplete sweep says so (it did not)
+    plotted = runner.invoke(app, ["plot-sweep", str(out), "--out", str(tmp_path / "fig")])
+    assert plotted.exit_code == 0 and "warning: the sweep is incomplete (1 of 3 chunks done)" in plotted.stderr
     done = subprocess.run(cmd, env=cache_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sweep_status(out)["complete"]
@@ -253,6 +256,13 @@ def test_cli_sweep_errors_and_plot(reference, tmp_path):
                      "heading_vs_masses_1_rail_radius.png", "status.png"]
     result = runner.invoke(app, ["plot-sweep", str(out), "--x", "model.g"])
     assert result.exit_code == 2 and "not a swept parameter" in result.stderr
+    # found by a fresh-user trial: --paths 0 wrote an empty figure, -3 raised NumPy's error,
+    # the same parameter as x and y dropped the heat map silently
+    for args, message in ((["--paths", "0"], "number of GC paths must be a positive integer; got 0"),
+                          (["--paths", "-3"], "got -3"),
+                          (["--x", "masses[1].rail.radius", "--y", "masses[1].rail.radius"], "name the same parameter")):
+        result = runner.invoke(app, ["plot-sweep", str(out), "--out", str(tmp_path / "fig2"), *args])
+        assert result.exit_code == 2 and message in result.stderr, result.output
     bad = tmp_path / "bad.toml"
     bad.write_text('base = "paper-ball"\n[[grid]]\npath = "solver.rtol"\nvalues = [1e-6]\n')
     result = runner.invoke(app, ["sweep", str(bad), "--out", str(tmp_path / "x")])

@@ -116,7 +116,7 @@ def plot_sweep(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
 ) -> None:
     """Draw a sweep: QUANTITY against one or two swept parameters, and overlaid GC paths."""
-    from .sweep import SweepError
+    from .sweep import SweepError, sweep_status
     from .sweep_plots import QUANTITIES, plot_sweep as _plot
 
     if quantity not in QUANTITIES:
@@ -132,6 +132,10 @@ def plot_sweep(
     if not quiet:
         for name, p in written.items():
             typer.echo(f"  {name}: {p}")
+    status = sweep_status(results)
+    if not status["complete"]:  # plotted without a word before
+        typer.echo(f"warning: the sweep is incomplete ({status['chunks_done']} of {status['chunks']} chunks done); "
+                   f"members not yet run are left out of the figures. Resume it with `rollball sweep`.", err=True)
 
 
 def show_sweep(

@@ -189,6 +189,8 @@ def plot_sweep(
     """
     from .sweep import open_sweep
 
+    if isinstance(n_paths, bool) or not isinstance(n_paths, (int, np.integer)) or n_paths < 1:
+        raise ValueError(f"the number of GC paths must be a positive integer; got {n_paths!r}")  # 0: an empty figure
     ds = open_sweep(results)
     swept = _swept(ds)
     out = Path(results) / "figures" if out_dir is None else Path(out_dir)
@@ -196,6 +198,8 @@ def plot_sweep(
     q = sweep_quantity(ds, quantity)
     xinfo = _resolve(ds, x, swept) or (swept[0] if swept else None)
     yinfo = _resolve(ds, y, swept) if y is not None else (swept[1] if (x is None and len(swept) > 1) else None)
+    if x is not None and y is not None and xinfo is not None and yinfo is not None and xinfo[0] == yinfo[0]:
+        raise ValueError(f"x and y name the same parameter ({xinfo[0]}): a heat map needs two")  # it was left out, silently
     written: dict[str, Path] = {}
     if xinfo is not None:
         xv = np.asarray(ds[xinfo[0]])

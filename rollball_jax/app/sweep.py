@@ -983,7 +983,10 @@ def _run_dask(out: Path, pending, workers, scheduler, bar, on_chunk):
 
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler)
+        except OSError as e:  # reported as "cannot write <out>" by the CLI before
+            raise SweepError(f"cannot connect to the Dask scheduler {scheduler}: {e}") from e
     else:
         cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)

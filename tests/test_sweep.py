@@ -330,3 +330,16 @@ def test_group_modes_see_every_swept_value_and_each_members_disk_position(tmp_pa
     direct = rb.simulate(cfg.model, cfg.control, cfg.x0, cfg.t_span, ts=cfg.ts, rtol=cfg.rtol, atol=cfg.atol, z_a=cfg.z_a)
     np.testing.assert_allclose(ds["x_final"].values[i2], direct.xs[-1], rtol=0, atol=100 * 1e-9)
     np.testing.assert_allclose(gc[i2], direct.gc, rtol=0, atol=100 * 1e-9)
+
+
+def test_unreachable_scheduler_is_named(spec_file, tmp_path, monkeypatch):
+    """A Dask scheduler that cannot be reached is reported as such (the CLI said "cannot
+    write <out>"). The connection is refused by a stand-in Client: nothing is solved."""
+    import dask.distributed
+
+    def refuse(address, *a, **k):
+        raise OSError(f"Timed out trying to connect to {address}")
+
+    monkeypatch.setattr(dask.distributed, "Client", refuse)
+    with pytest.raises(SweepError, match=r"cannot connect to the Dask scheduler tcp://127.0.0.1:9: Timed out"):
+        run_sweep(load_sweep_spec(spec_file), tmp_path / "s", scheduler="tcp://127.0.0.1:9", progress=False)

@@ -219,3 +219,21 @@ def test_failed_solve_exits_1(tmp_path):
     result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--no-plots"])
     assert result.exit_code == 1
     assert "short: solve failed" in result.stderr and "Traceback" not in result.output
+
+
+def test_unwritable_out_is_refused_before_the_solve(tmp_path, monkeypatch):
+    """An --out that is a file (or under one) is refused before anything is solved (it
+    was found only after the solve; fresh-user trial), and nothing is created."""
+    import rollball_jax.app.config as config
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+
+    def no_solve(self):
+        raise AssertionError("solved before checking --out")
+
+    monkeypatch.setattr(config.RunConfig, "simulate", no_solve)
+    for out, why in ((afile, "is a file, not a directory"), (afile / "sub", "is a file, not a directory")):
+        result = runner.invoke(app, ["run", "paper-disk", "--out", str(out), "--no-plots"])
+        assert result.exit_code == 1 and f"cannot write the run directory {out}: {afile} {why}" in result.stderr, result.output
+    assert afile.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -93,6 +93,9 @@ def run(
         raise _fail(str(e), EXIT_INVALID_INPUT) from None
 
     run_dir = Path("runs") / cfg.name if out is None else out
+    unwritable = _unwritable(run_dir)  # before the solve, which can take long (it was found after it)
+    if unwritable:
+        raise _fail(f"cannot write the run directory {run_dir}: {unwritable}", EXIT_RUN_FAILED)
     try:
         solution = cfg.simulate()
     except ModelError as e:
@@ -140,6 +143,23 @@ def run(
     typer.echo(f"  wrote {run_dir}/: {', '.join(p.name for p in paths.values())}")
     if previous:
         typer.echo("  replaced the earlier run there" + (f" (removed its {', '.join(stale)})" if stale else ""))
+
+
+def _unwritable(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot be written (a file there or on its path, a read-only parent),
+    or None. Creates nothing: a run that fails leaves no empty directory behind."""
+    import os
+
+    p = Path(run_dir)
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        return f"{p} is a file, not a directory"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"{p} is not writable"
+    return None
 
 
 def _previous_run_files(summary_path: Path) -> list[str]:

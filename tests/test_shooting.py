@@ -111,11 +111,17 @@ def test_multiple_shooting_finishes_a_design_single_shooting_does_not():
 
 def test_segment_count_is_checked(unchecked_types):
     """n_segments must be a positive integer dividing n_samples − 1 (2.5 was taken for 2,
-    silently; found by a fresh-user trial). Nothing is compiled."""
+    silently; found by a fresh-user trial); a bad node is named as its segment's start.
+    Nothing is compiled (segment 0's solve is, ~1 s: its start is the valid x0)."""
     _, _, prob = _inverted_disk(4.0)  # n_samples − 1 = 80
     for bad in (2.5, 0, True, "2"):
         with pytest.raises(rb.ModelError, match="n_segments must be a positive integer"):
             dz.MultipleShooting(prob, bad)
     with pytest.raises(rb.ModelError, match="must be a multiple of n_segments = 3"):
         dz.MultipleShooting(prob, 3)
-    assert dz.MultipleShooting(prob, 4).n_segments == 4
+    ms = dz.MultipleShooting(prob, 4)
+    assert ms.n_segments == 4
+    # a non-finite node is named as the start of its segment (it was reported as "'x0'")
+    params = ms.initial_params(nodes=np.full((3, 4), np.nan))
+    with pytest.raises(rb.ModelError, match=r"segment 1 \(t = 1\) starts from an invalid node state: 'x0' contains non-finite"):
+        ms.nominal(params)

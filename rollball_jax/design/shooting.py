@@ -175,7 +175,8 @@ class MultipleShooting(eqx.Module):
         (the segment's end replaced by the next node: a jump of one defect; a node's versor
         is normalised first, a change of the order of its defect). Returns
         ``(ts (S·per_segment + 1,), xs (·, N))``, e.g. the ``nominal`` of
-        :func:`~.feedback.tvlqr`. Raises ``SimulationError`` if a segment's solve fails."""
+        :func:`~.feedback.tvlqr`. Raises ``SimulationError`` if a segment's solve fails,
+        ``ModelError`` naming the segment if its start (a node) is not a valid state."""
         from ..solve import simulate
 
         control = self.control(params)
@@ -186,8 +187,11 @@ class MultipleShooting(eqx.Module):
         b = self.boundaries
         ts, xs = [], []
         for s, x0 in enumerate(starts):
-            sol = simulate(self.problem.model, control, x0, (float(b[s]), float(b[s + 1])), n_save=per_segment + 1,
-                           rtol=rtol, atol=atol)
+            try:
+                sol = simulate(self.problem.model, control, x0, (float(b[s]), float(b[s + 1])), n_save=per_segment + 1,
+                               rtol=rtol, atol=atol)
+            except ModelError as e:  # the start of segment s is a node of params (it said "'x0' ...")
+                raise ModelError(f"segment {s} (t = {b[s]:.6g}) starts from an invalid node state: {e}") from e
             last = s == self.n_segments - 1
             ts.append(np.asarray(sol.ts) if last else np.asarray(sol.ts)[:-1])
             xs.append(np.asarray(sol.xs) if last else np.asarray(sol.xs)[:-1])

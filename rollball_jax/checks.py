@@ -193,6 +193,21 @@ def non_negative(x, name: str) -> None:
         raise ModelError(f"'{name}' must be non-negative and finite; got {np.asarray(v).tolist()}")
 
 
+def numeric(x, name: str):
+    """``x`` as a float64 array (NumPy when concrete, as :func:`~rollball_jax.errors.as_float64`);
+    ``ModelError`` naming ``name`` for what is not numbers (``masses=["a"]`` raised NumPy's
+    "could not convert string to float")."""
+    from .errors import as_float64
+
+    h = concrete(x)
+    if h is not None and h.dtype.kind not in "biufc":  # text ("1.0" too, as the rails refuse it), objects
+        raise ModelError(f"'{name}' must be numeric; got {x!r}")
+    try:
+        return as_float64(x)
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"'{name}' must be numeric; got {x!r}") from e
+
+
 def principal_moments(inertia, name: str = "inertia"):
     """Principal moments (d1, d2, d3) as a float64 ``(3,)`` array: positive, finite and
     satisfying the triangle inequality d_i ≤ d_j + d_k (every inertia tensor of a mass
@@ -200,7 +215,7 @@ def principal_moments(inertia, name: str = "inertia"):
     ``name``. Shared by :class:`rollball_jax.Ball` and the rigid bodies."""
     import jax.numpy as jnp
 
-    d = jnp.asarray(inertia, dtype=jnp.float64)
+    d = jnp.asarray(numeric(inertia, name))
     if d.shape != (3,):
         raise ModelError(f"'{name}' must be principal moments (d1, d2, d3), shape (3,); got {d.shape}")
     positive(d, name)

@@ -25,13 +25,13 @@ from ._typing import ArrayInput
 
 from . import checks
 from .controls import AbstractControl
-from .errors import ModelError, SimulationError, array_namespace, as_float64, concrete, to_jax
+from .errors import ModelError, SimulationError, array_namespace, concrete, to_jax
 from .forces import AbstractForce, ConstantForce
 from .rails import CHECK_SAMPLES, AbstractRail, RailSet, SpokeRail
 
 
 def _scalar(x, name):
-    x = as_float64(x)
+    x = checks.numeric(x, name)
     if x.shape != ():
         raise ModelError(f"'{name}' must be a scalar; got shape {x.shape}")
     return x
@@ -39,7 +39,7 @@ def _scalar(x, name):
 
 def _masses(masses, rails: RailSet):
     xp = array_namespace(masses)
-    masses = xp.atleast_1d(xp.asarray(masses, dtype=np.float64)) if masses is not None else np.zeros((0,))
+    masses = xp.atleast_1d(checks.numeric(masses, "masses")) if masses is not None else np.zeros((0,))
     masses = to_jax(masses)
     if masses.ndim != 1:
         raise ModelError(f"'masses' must be a 1-D array (n,); got shape {masses.shape}")
@@ -285,7 +285,7 @@ class Ball(AbstractModel):
         checks.require_x64("Ball")
         self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
         self.inertia = checks.principal_moments(inertia)  # positive, triangle inequality
-        self.chi0 = as_float64(chi0)
+        self.chi0 = checks.numeric(chi0, "chi0")
         if self.chi0.shape != (3,):
             raise ModelError(f"'chi0' must have shape (3,); got {self.chi0.shape}")
         self.masses, self.rails, self.force = _masses_rails_force(masses, rails, force)

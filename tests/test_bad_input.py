@@ -523,3 +523,14 @@ def test_user_functions_periods_and_solvers_are_checked_when_given(unchecked_typ
         rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), solver=dfx.Euler(), dt0=1e-3)
     with pytest.raises(ModelError, match="'control' must be a rollball_jax control"):
         rb.scipy_bridge.solve_with_scipy(ball, lambda t: np.zeros(3), PAPER_BALL_X0, (0.0, 1.0))
+
+
+def test_model_parameters_that_are_not_numbers_are_named(unchecked_types):
+    """Text or objects as a model parameter get the package's message naming it (NumPy's
+    "could not convert string to float: 'a'" before; a numeric string was converted, which
+    the rails already refused). Found by a fresh-user trial; nothing is compiled."""
+    base = dict(m0=1.0, radius=1.0, inertia=[1.0, 1.0, 1.0], masses=[1.0], rails=[rb.CircleRail(0.5)])
+    for kw, name in ((dict(masses=["a"]), "masses"), (dict(m0="1.0"), "m0"), (dict(inertia=["x", 1, 1]), "inertia"),
+                     (dict(chi0=[None, 0.0, 0.0]), "chi0"), (dict(radius=object()), "radius")):
+        with pytest.raises(ModelError, match=f"'{name}' must be numeric; got"):
+            rb.Ball(**(base | kw))

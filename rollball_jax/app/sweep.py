@@ -728,9 +728,10 @@ def _solve_into(res, members, models, controls, x0s, base_cfg, spec, table, z_a=
     res["gc"][idx] = gc[:k]
     res["energy"][idx] = energy[:k]
     res["heading"][idx] = heading[:k]
-    disp = gc[:k, -1, :2] - gc[:k, 0, :2]
-    res["distance"][idx] = np.hypot(disp[:, 0], disp[:, 1])
-    res["path_length"][idx] = np.sum(np.hypot(*np.moveaxis(np.diff(gc[:k, :, :2], axis=1), -1, 0)), axis=1)
+    with np.errstate(invalid="ignore"):  # a failed member's states are inf past its failure: NaN here
+        disp = gc[:k, -1, :2] - gc[:k, 0, :2]
+        res["distance"][idx] = np.hypot(disp[:, 0], disp[:, 1])
+        res["path_length"][idx] = np.sum(np.hypot(*np.moveaxis(np.diff(gc[:k, :, :2], axis=1), -1, 0)), axis=1)
     for name in ("num_steps", "num_accepted_steps", "num_rejected_steps", "error_estimate"):
         res[name][idx] = getattr(r, name)[:k]
     res["refined"][idx] = r.refined[:k].astype(np.int8)

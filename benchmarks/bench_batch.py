@@ -1,4 +1,4 @@
-"""Benchmark: batched solves of the perturbed paper ball (issue 4).
+"""Benchmark: batched solves of the perturbed paper ball (rollball_jax.batch, every mode).
 
 The paper's ball (Putkaradze & Rogers, section 7) with random rail radii in [0.8, 0.95] and random
 initial rail angles θ_i(0) in [0, 2π), u(t) of (7.11), t ∈ [0, 20], 21 save times,

@@ -179,7 +179,7 @@ def run(quick: bool = False, out: str | Path | None = None, progress: bool = Tru
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--period", type=float, default=PERIOD, help=f"time for one circle (default {PERIOD:g})")
     ap.add_argument("--max-steps", type=int, default=None, help="optimiser iterations (default 300)")
     ap.add_argument("--quick", action="store_true", help="reduced CI run (few iterations, shorter horizon)")

@@ -162,7 +162,7 @@ def run(quick: bool = False, out: str | Path | None = None, progress: bool = Tru
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--quick", action="store_true", help="reduced CI run (few iterations, looser tolerances)")
     ap.add_argument("--out", default=None, help=f"results directory (default runs/design/{NAME})")
     ap.add_argument("--start", choices=("paper", "hanging"), default="paper",

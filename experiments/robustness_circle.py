@@ -206,7 +206,7 @@ def print_summary(s: dict) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--design", default=None, help="summary.json of the (b′) design")
     ap.add_argument("--members", type=int, default=None, help=f"Monte-Carlo members (default {MEMBERS})")
     ap.add_argument("--seed", type=int, default=SEED)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import concrete
+from .errors import ModelError, concrete
 
 # What eqx.is_array counts as an array (traced); everything else is static.
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
@@ -50,6 +50,11 @@ def array_jit(fn: Callable) -> Callable:
     return call
 
 
+COMPLEX_MESSAGE = ("complex values are not supported: the solves are real (float64), and a complex step would lose "
+                   "its imaginary part; differentiate with jax.jacfwd/jax.grad, or use "
+                   "rb.jacobians.complex_step_jacobian for the vector field")
+
+
 def float64_arg(v):
     """``v`` as a float64 argument of a compiled call, never weakly typed (a weak type
     selects a second program): a JAX array (or tracer) of that type as it is, another JAX
@@ -60,4 +65,6 @@ def float64_arg(v):
     if isinstance(v, jax.Array) and v.dtype == jnp.float64 and not jax.typeof(v).weak_type:
         return v
     host = concrete(v)  # None for a tracer, or a sequence holding one
+    if (host is not None and np.iscomplexobj(host)) or (host is None and jnp.iscomplexobj(jnp.asarray(v))):
+        raise ModelError(COMPLEX_MESSAGE)  # the cast dropped the imaginary part (a ComplexWarning at most)
     return jnp.asarray(v, dtype=jnp.float64) if host is None else np.asarray(host, dtype=np.float64)

@@ -26,6 +26,7 @@ import numbers
 import jax
 import numpy as np
 
+from ._dispatch import COMPLEX_MESSAGE
 from .errors import ModelError, concrete
 
 VERSOR_TOL = 1e-6
@@ -148,6 +149,8 @@ def control_output(model, ctrl) -> None:
 def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
     """A concrete state ``(N,)`` of ``model``: length, finiteness, model rules (versor,
     masses inside the shell; ``outside``: ``model.outside(x)`` if already computed)."""
+    if np.iscomplexobj(x):
+        raise ModelError(f"'{name}': " + COMPLEX_MESSAGE)
     if np.ndim(x) != 1:  # a (2, N/2) or (1, N) array was flattened silently
         raise ModelError(f"'{name}' must be a state vector of length {model.state_size}; got shape {np.shape(x)}")
     v = np.asarray(x, dtype=np.float64).reshape(-1)
@@ -200,7 +203,9 @@ def numeric(x, name: str):
     from .errors import as_float64
 
     h = concrete(x)
-    if h is not None and h.dtype.kind not in "biufc":  # text ("1.0" too, as the rails refuse it), objects
+    if h is not None and h.dtype.kind == "c":  # the cast to float64 dropped the imaginary part
+        raise ModelError(f"'{name}': " + COMPLEX_MESSAGE)
+    if h is not None and h.dtype.kind not in "biuf":  # text ("1.0" too, as the rails refuse it), objects
         raise ModelError(f"'{name}' must be numeric; got {x!r}")
     try:
         return as_float64(x)

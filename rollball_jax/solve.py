@@ -25,7 +25,7 @@ from ._typing import FloatInput, RealScalar, TimeSpan
 
 from . import checks
 from .controls import AbstractControl
-from ._dispatch import array_jit
+from ._dispatch import COMPLEX_MESSAGE, array_jit
 from ._executor import own_executor
 from ._rejection_limit import RejectionLimit
 from ._results import CODES, describe, raise_if_failed, result_code
@@ -108,7 +108,19 @@ def integrate(
     ``diffrax.DirectAdjoint`` are refused (``ValueError``): their reverse-mode gradients
     are silently wrong with adaptive steps (through this function, the derivative above
     came out −916 029), see :data:`REFUSED_ADJOINTS`.
+
+    Forward mode here differentiates diffrax's step sequence, which its step-size control
+    chooses from the state alone: at or near an equilibrium the state's error estimate is
+    ~0, the steps grow to the whole interval, and the derivative (an oscillation of the
+    linearised motion) is not resolved, silently: hanging disk at rest,
+    ∂φ(20)/∂φ̇(0) = 20.0037 against sin(ωT)/ω = 1.0892 at any tolerance. For derivatives
+    use :func:`rollball_jax.final_state`, :func:`rollball_jax.trajectory` or
+    :func:`rollball_jax.state_transition_matrix`, whose steps also control a tangent's
+    error (1.9e-10 there at tol 1e-10; ``docs/derivatives.md``). Complex ``x0`` raises
+    ``ModelError`` (the cast to float64 would drop a complex step's imaginary part).
     """
+    if jnp.iscomplexobj(x0):
+        raise ModelError(COMPLEX_MESSAGE)
     ts = jnp.asarray(ts, dtype=jnp.float64)
     t0 = ts[0] if t0 is None else t0
     t1 = ts[-1] if t1 is None else t1

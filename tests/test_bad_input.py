@@ -534,3 +534,16 @@ def test_model_parameters_that_are_not_numbers_are_named(unchecked_types):
                      (dict(chi0=[None, 0.0, 0.0]), "chi0"), (dict(radius=object()), "radius")):
         with pytest.raises(ModelError, match=f"'{name}' must be numeric; got"):
             rb.Ball(**(base | kw))
+
+
+def test_complex_inputs_are_refused():
+    """A complex step through a solve lost its imaginary part in the cast to float64 (only a
+    NumPy ComplexWarning; the "derivative" came out 0; found by a break-it trial): complex
+    states and parameters are refused, naming the routes that work. Nothing is compiled."""
+    ball = make_paper_ball()
+    x = PAPER_BALL_X0 + 1j * 1e-20 * np.eye(15)[3]
+    for call in (lambda: rb.final_state(ball, CTL, x, (0.0, 1.0)), lambda: rb.final_gc(ball, CTL, x, (0.0, 1.0)),
+                 lambda: rb.simulate(ball, CTL, x, (0.0, 1.0)), lambda: rb.integrate(ball, CTL, x, jnp.array([0.0, 1.0])),
+                 lambda: rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], masses=[1.0 + 1e-20j], rails=[rb.CircleRail(0.5)])):
+        with pytest.raises(ModelError, match="complex values are not supported.*complex_step_jacobian"):
+            call()

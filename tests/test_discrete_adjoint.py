@@ -161,6 +161,10 @@ def test_equilibrium_stm_matches_linearised_pendulum():
         assert abs(float(stm[k, 3, 3]) - np.cos(omega * T)) <= 1e-6
     blind = rb.state_transition_matrix(disk, ctl, x0, ts, rtol=TOL, atol=TOL, tangent_control=False)
     assert abs(float(blind[-1, 2, 3]) - np.sin(omega * 20.0) / omega) > 0.1
+    # forward mode through rb.integrate differentiates diffrax's steps, as blind (documented
+    # in its docstring, the README and docs/derivatives.md: 20.0037 measured)
+    via = jax.jit(jax.jacfwd(lambda x: rb.integrate(disk, ctl, x, jnp.array([0.0, 20.0]), rtol=TOL, atol=TOL).ys[0][-1]))(x0)
+    assert abs(float(via[2, 3]) - np.sin(omega * 20.0) / omega) > 0.1
 
 
 def test_equilibrium_running_cost_gradient_matches_linearised_pendulum():

@@ -272,7 +272,7 @@ def main(argv=None):
     best = max((r for r in rows if r["method"].startswith("batch") and r.get("B") == 4096 and "tps" in r),
                key=lambda r: r["tps"], default=None)
     if best is None:
-        print("best at B=4096: none measured")
+        print("best at B=4096: none measured (4096 is not in --sizes)")
         print("throughput_traj_per_s_B4096: nan")
         return
     print(f"best at B=4096: {best['method']} ({best['tps']:.0f} traj/s, {best['gflops']:.1f} GFLOP/s useful)")

@@ -119,7 +119,9 @@ def run(quick: bool = False, out: str | Path | None = None, progress: bool = Tru
     out = Path(out or f"runs/design/{NAME}" + ("_quick" if quick else ""))
     ms, stages = circle.build(quick)
     design = Path(design or f"runs/design/{circle.NAME}" + ("_quick" if quick else "") + "/summary.json")
-    if not design.exists():
+    if not design.exists():  # said, so that a long silent design run is not a surprise
+        print(f"no (b') design at {design}: running design_circle_tracking first "
+              f"({'~1 min' if quick else '~1–2 min'}; pass --design to use another summary.json)", flush=True)
         circle.run(quick=quick, out=design.parent, progress=progress, plots=plots)
     params = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in json.loads(design.read_text())["params"].items()}
     base = ms.problem

@@ -259,7 +259,9 @@ def final_gc(model, control, x0, t_span, *, z_a: float = 0.0, **solve_kw) -> Flo
 def distance_to_target(model, control, x0, t_span, target: FloatInput["2"], *, z_a: float = 0.0, **solve_kw) -> Float[Array, ""]:
     """Horizontal distance |z_GC(t1) − target| between the final GC and ``target`` (2,).
 
-    Written as sqrt(d² + tiny) so its gradient stays finite at d = 0. Raises ``ModelError``
+    Written as sqrt(d² + tiny) so its gradient stays finite at d = 0 (zero there); |d| has
+    no second derivative at d = 0, and the Hessian there is ~1/sqrt(tiny) (~1e150): for
+    second-order methods near the target use the squared distance. Raises ``ModelError``
     for a ``target`` that is not of shape (2,), and as :func:`trajectory` otherwise.
     """
     target = float64_arg(target)

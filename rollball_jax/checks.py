@@ -115,8 +115,10 @@ def traced_output(fn, args: tuple, what: str, call: str):
     wrong signature) is refused when the object is built, naming it (``what``, e.g.
     ``"FunctionRail 'fn'"``) and how it was called (``call``), instead of failing later
     inside a solve with JAX's own error."""
-    try:
-        return jax.eval_shape(fn, *args)
+    import equinox as eqx
+
+    try:  # filter_eval_shape: non-array leaves of the parameters (strings, flags) stay static, as in the solves
+        return eqx.filter_eval_shape(fn, *args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace: say so
         raise ModelError(f"{what} failed when called as {call}: {type(e).__name__}: {e}") from e
 
@@ -202,10 +204,12 @@ def numeric(x, name: str):
     "could not convert string to float")."""
     from .errors import as_float64
 
+    import jax.numpy as jnp
+
     h = concrete(x)
-    if h is not None and h.dtype.kind == "c":  # the cast to float64 dropped the imaginary part
+    if h is not None and jnp.issubdtype(h.dtype, jnp.complexfloating):  # the cast would drop the imaginary part
         raise ModelError(f"'{name}': " + COMPLEX_MESSAGE)
-    if h is not None and h.dtype.kind not in "biuf":  # text ("1.0" too, as the rails refuse it), objects
+    if h is not None and not (jnp.issubdtype(h.dtype, jnp.number) or h.dtype == bool):  # text ("1.0" too), objects
         raise ModelError(f"'{name}' must be numeric; got {x!r}")
     try:
         return as_float64(x)

@@ -439,7 +439,7 @@ def model_field(model, control):
     with the inexact array leaves of ``(model, control)`` as parameters. Raises
     ``ModelError`` if ``control`` does not return one θ̈ per mass (its output's shape is
     traced, so this costs ~1 ms where it runs: inside the jit-compiled solves, once per
-    compilation)."""
+    compilation; on every call of the eager ``adjoint="backsolve"`` route)."""
     checks.control_output(model, control)
     params, static = eqx.partition((model, control), eqx.is_inexact_array)
     return ModelField(static), params

@@ -23,7 +23,7 @@ class ModelError(RollballError, ValueError):
         callers that name the mass their own way (a config file's ``masses[0].rail``).
     """
 
-    def __init__(self, message: str, mass: int | None = None, detail: str | None = None):
+    def __init__(self, message: str = "", mass: int | None = None, detail: str | None = None):
         super().__init__(message)
         self.mass = mass
         self.detail = message if detail is None else detail

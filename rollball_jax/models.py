@@ -443,7 +443,7 @@ class Disk(AbstractModel):
         self.m0, self.radius, self.g = _shell_scalars(m0, radius, g)
         self.d2 = _scalar(d2, "d2")
         xp = array_namespace(chi0)
-        chi0 = xp.asarray(chi0, dtype=np.float64)
+        chi0 = xp.asarray(checks.numeric(chi0, "chi0"))
         if chi0.shape == (2,):
             chi0 = xp.stack([chi0[0], 0.0 * chi0[0], chi0[1]])
         chi0 = to_jax(chi0)

@@ -420,8 +420,10 @@ class FunctionRail(AbstractRail):
         if not lo < hi:
             raise ModelError(f"FunctionRail 'period' must satisfy θ_lo < θ_hi; got {tuple(period)}")
         self.period = (lo, hi)
-        out = checks.traced_output(lambda p: jnp.asarray(self.fn(jnp.zeros(()), p)), (jax.tree_util.tree_map(lambda x: x[0], params),),
+        out = checks.traced_output(lambda p: self.fn(jnp.zeros(()), p), (jax.tree_util.tree_map(lambda x: x[0], params),),
                                    "FunctionRail 'fn'", "fn(theta, params) with theta a scalar and params one row")
+        if not isinstance(out, jax.ShapeDtypeStruct):  # a tuple (x, y, z) is not an array: the field needs one
+            raise ModelError(f"FunctionRail fn must return an array of shape (3,) (e.g. jnp.array([x, y, z])); got {out!r}")
         if out.shape != (3,):
             raise ModelError(f"FunctionRail fn must return shape (3,), got {out.shape}")
 

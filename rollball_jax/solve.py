@@ -81,9 +81,9 @@ def integrate(
     throw: bool = False,
     event: dfx.Event | None = None,
 ) -> dfx.Solution:
-    """Solve the model's ODE and return the raw ``diffrax.Solution`` (no input checks of
-    its own; the vector field refuses, while traced, a control for another number of
-    masses with ``ModelError``).
+    """Solve the model's ODE and return the raw ``diffrax.Solution`` (no input checks but a
+    complex ``x0``, refused with ``ModelError``; the vector field refuses, while traced, a
+    control for another number of masses).
 
     A pure function of its array arguments: use it under ``jax.jit``, ``jax.vmap`` and
     forward-mode autodiff (``jax.jvp``, ``jax.jacfwd``). ``ts`` ``(T,)`` are the save times

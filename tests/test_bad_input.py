@@ -518,6 +518,14 @@ def test_user_functions_periods_and_solvers_are_checked_when_given(unchecked_typ
         rb.FunctionControl(lambda t: jnp.ones(3))
     with pytest.raises(ModelError, match=r"FunctionControl 'fn' must return .* shape \(n,\); got shape \(2, 2\)"):
         rb.FunctionControl(lambda t, p: jnp.ones((2, 2)))
+    # non-array parameters (a string, a flag, a size) stay static, as in the solves (the first
+    # version of the check traced them and refused these; found by a code review)
+    for params in ({"a": 0.2, "kind": "sin"}, {"a": 0.2, "kind": "sin", "smooth": True, "n": 3}):
+        ctl = rb.FunctionControl(lambda t, p: p["a"] * (jnp.sin(t) if p["kind"] == "sin" else jnp.cos(t)) * jnp.ones(3),
+                                 params)
+        np.testing.assert_allclose(np.asarray(ctl(0.5)), 0.2 * np.sin(0.5) * np.ones(3), rtol=1e-15)
+    with pytest.raises(ModelError, match=r"FunctionRail fn must return an array of shape \(3,\)"):
+        rb.FunctionRail(lambda th, p: (0.5 * jnp.cos(th), 0.0 * th, 0.5 * jnp.sin(th)))  # a tuple
     ball = make_paper_ball()
     with pytest.raises(ModelError, match="'solver' must be an adaptive diffrax solver.*got Euler"):
         rb.simulate(ball, CTL, PAPER_BALL_X0, (0.0, 1.0), solver=dfx.Euler(), dt0=1e-3)
@@ -534,6 +542,10 @@ def test_model_parameters_that_are_not_numbers_are_named(unchecked_types):
                      (dict(chi0=[None, 0.0, 0.0]), "chi0"), (dict(radius=object()), "radius")):
         with pytest.raises(ModelError, match=f"'{name}' must be numeric; got"):
             rb.Ball(**(base | kw))
+    # any real JAX/NumPy number type is numeric (bfloat16's dtype kind is 'V'; code review)
+    assert float(rb.Ball(**(base | dict(m0=jnp.array(2.0, dtype=jnp.bfloat16)))).m0) == 2.0
+    with pytest.raises(ModelError, match="'chi0' must be numeric"):
+        rb.Disk(1.0, 1.0, 1.0, chi0=["a", 0.0])
 
 
 def test_complex_inputs_are_refused():

@@ -120,8 +120,10 @@ def test_segment_count_is_checked(unchecked_types):
     with pytest.raises(rb.ModelError, match="must be a multiple of n_segments = 3"):
         dz.MultipleShooting(prob, 3)
     ms = dz.MultipleShooting(prob, 4)
-    assert ms.n_segments == 4
+    assert ms.n_segments == 4 and dz.MultipleShooting(prob, np.array(4)).n_segments == 4
+    with pytest.raises(rb.ModelError, match="'rtol' must be positive"):  # not blamed on a node
+        ms.nominal(ms.initial_params(nodes=np.zeros((3, 4))), rtol=-1.0)
     # a non-finite node is named as the start of its segment (it was reported as "'x0'")
     params = ms.initial_params(nodes=np.full((3, 4), np.nan))
-    with pytest.raises(rb.ModelError, match=r"segment 1 \(t = 1\) starts from an invalid node state: 'x0' contains non-finite"):
+    with pytest.raises(rb.ModelError, match=r"'start of segment 1 \(t = 1\)' contains non-finite values"):
         ms.nominal(params)

@@ -343,3 +343,22 @@ def test_unreachable_scheduler_is_named(spec_file, tmp_path, monkeypatch):
     monkeypatch.setattr(dask.distributed, "Client", refuse)
     with pytest.raises(SweepError, match=r"cannot connect to the Dask scheduler tcp://127.0.0.1:9: Timed out"):
         run_sweep(load_sweep_spec(spec_file), tmp_path / "s", scheduler="tcp://127.0.0.1:9", progress=False)
+
+
+def test_group_mode_leaf_scan_builds_few_designs(monkeypatch):
+    """Which leaves a swept path moves is found from at most three valid values: a path that
+    moves no model or control leaf (an initial angle) was scanned over all its values (303
+    builds of ~17 ms for n = 300, before anything was solved; found by a code review). The
+    scan is the sweep's internal ``_batched_mask``; nothing is solved."""
+    import rollball_jax.app.config as config
+    from rollball_jax.app import sweep as sw
+
+    builds = []
+    real = config.build_from_mapping
+    monkeypatch.setattr(config, "build_from_mapping", lambda *a, **k: builds.append(1) or real(*a, **k))
+    mapping = {"base": "paper-disk", "random": {"seed": 1, "n": 300, "params": [{"path": "masses[0].theta", "uniform": [-0.5, 0.5]}]},
+               "run": {"mode": "lockstep", "chunk": 64}}
+    spec = sweep_from_mapping(mapping, name="scan")
+    builds.clear()  # (reading the sweep file builds its first member)
+    mask = sw._batched_mask(spec, spec.table())
+    assert mask is not None and not any(mask) and len(builds) <= 4  # the base and three values

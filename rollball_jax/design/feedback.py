@@ -264,6 +264,9 @@ class TVLQRControl(AbstractControl):
     def __check_init__(self):
         # shapes only (static, also for traced leaves): a gain of the wrong shape surfaced
         # in the solve as JAX's "dot_general requires contracting dimensions ..."
+        if np.ndim(self.knots) != 1 or np.ndim(self.x_nominal) != 2:
+            raise ModelError(f"TVLQRControl: 'knots' (G,) and 'x_nominal' (G, N) expected; got shapes "
+                             f"{np.shape(self.knots)}, {np.shape(self.x_nominal)}; build it with rollball_jax.design.tvlqr")
         G, (g_x, N) = np.shape(self.knots)[0], np.shape(self.x_nominal)
         M = N if self.versor_index is None else N - 1
         n = np.shape(self.gains)[1] if np.ndim(self.gains) == 3 else -1
@@ -274,7 +277,7 @@ class TVLQRControl(AbstractControl):
                 raise ModelError(
                     f"TVLQRControl: '{name}' has shape {shape}; with knots (G,) = ({G},) and x_nominal (G, N) = "
                     f"{(g_x, N)} it must be {want} (gains (G, n, M): M = N" + ("" if M == N else " − 1 with a versor_index")
-                    + f", G >= 2); build it with rollball_jax.design.tvlqr")
+                    + ", G >= 2); build it with rollball_jax.design.tvlqr")
 
     def __call__(self, t, x=None):
         if x is None:

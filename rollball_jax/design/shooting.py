@@ -22,12 +22,15 @@ node); path integrals are unaffected (the duplicate pair has zero width).
 
 from __future__ import annotations
 
+import operator
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
+from .. import checks
 from .._typing import ArrayInput, RealScalar
 
 from ..errors import ModelError, SimulationError
@@ -64,9 +67,12 @@ class MultipleShooting(eqx.Module):
     n_segments: int = eqx.field(static=True)
 
     def __init__(self, problem: DesignProblem, n_segments: int):
-        if isinstance(n_segments, bool) or not isinstance(n_segments, (int, np.integer)) or n_segments < 1:
-            raise ModelError(f"n_segments must be a positive integer; got {n_segments!r}")  # 2.5 was taken for 2
-        S = int(n_segments)
+        try:  # an integer (np.array(4) too); 2.5 was taken for 2
+            S = operator.index(n_segments) if not isinstance(n_segments, bool) else 0
+        except TypeError:
+            S = 0
+        if S < 1:
+            raise ModelError(f"n_segments must be a positive integer; got {n_segments!r}")
         if (problem.n_samples - 1) % S:
             raise ModelError(
                 f"n_samples − 1 = {problem.n_samples - 1} must be a multiple of n_segments = {S} "
@@ -176,7 +182,8 @@ class MultipleShooting(eqx.Module):
         is normalised first, a change of the order of its defect). Returns
         ``(ts (S·per_segment + 1,), xs (·, N))``, e.g. the ``nominal`` of
         :func:`~.feedback.tvlqr`. Raises ``SimulationError`` if a segment's solve fails,
-        ``ModelError`` naming the segment if its start (a node) is not a valid state."""
+        ``ModelError`` naming the segment if its start (a node) is not a valid state, and for
+        a bad ``per_segment``, ``rtol`` or ``atol``."""
         from ..solve import simulate
 
         control = self.control(params)
@@ -186,12 +193,15 @@ class MultipleShooting(eqx.Module):
             starts[:, k : k + 4] /= np.linalg.norm(starts[:, k : k + 4], axis=1, keepdims=True)
         b = self.boundaries
         ts, xs = [], []
+        checks.tolerance(rtol, "rtol")
+        checks.tolerance(atol, "atol")
+        if isinstance(per_segment, bool) or not isinstance(per_segment, (int, np.integer)) or per_segment < 1:
+            raise ModelError(f"'per_segment' must be a positive integer; got {per_segment!r}")
         for s, x0 in enumerate(starts):
-            try:
-                sol = simulate(self.problem.model, control, x0, (float(b[s]), float(b[s + 1])), n_save=per_segment + 1,
-                               rtol=rtol, atol=atol)
-            except ModelError as e:  # the start of segment s is a node of params (it said "'x0' ...")
-                raise ModelError(f"segment {s} (t = {b[s]:.6g}) starts from an invalid node state: {e}") from e
+            # a node's state named as its segment's start (simulate would call it 'x0')
+            checks.state(self.problem.model, x0, f"start of segment {s} (t = {b[s]:.6g})")
+            sol = simulate(self.problem.model, control, x0, (float(b[s]), float(b[s + 1])), n_save=per_segment + 1,
+                           rtol=rtol, atol=atol)
             last = s == self.n_segments - 1
             ts.append(np.asarray(sol.ts) if last else np.asarray(sol.ts)[:-1])
             xs.append(np.asarray(sol.xs) if last else np.asarray(sol.xs)[:-1])

@@ -1,4 +1,4 @@
-"""Does the structure-of-arrays interpreter earn its keep? (issue 11's decision benchmark)
+"""Does the structure-of-arrays interpreter earn its keep? (the batch design's decision benchmark, `docs/batch.md`)
 
 The batch modes ``lockstep``/``shared``/``fixed`` evaluate the vector field of a group of
 members with ``rollball_jax.batch._soa.SoAVectorField``: the member's jaxpr re-executed

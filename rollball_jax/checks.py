@@ -24,10 +24,11 @@ import math
 import numbers
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._dispatch import COMPLEX_MESSAGE
-from .errors import ModelError, concrete
+from .errors import ModelError, as_float64, concrete
 
 VERSOR_TOL = 1e-6
 
@@ -53,11 +54,18 @@ def tolerance(value, name: str) -> None:
         raise ModelError(f"'{name}' must be positive and finite; got {v.tolist()}")
 
 
+def integer(value, name: str, minimum: int = 1) -> int:
+    """An integer (not a bool) of at least ``minimum``, as ``int``; ``ModelError`` naming
+    ``name`` otherwise (a float such as 2.5 is refused, never truncated)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ModelError(f"'{name}' must be {kind}; got {value!r}")
+    return int(value)
+
+
 def max_steps(value, name: str = "max_steps") -> int:
     """A positive integer."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise ModelError(f"'{name}' must be a positive integer; got {value!r}")
-    return int(value)
+    return integer(value, name)
 
 
 def finite_number(value, name: str) -> float:
@@ -124,8 +132,8 @@ def traced_output(fn, args: tuple, what: str, call: str):
 
 
 def control_value(u, n: int):
-    """``u`` (the control's output inside a vector field) if its shape is ``(n,)``; else
-    ``ModelError``. Shapes are static, so this costs nothing at run time and holds under
+    """``u`` (the control's output inside a vector field, or its ``jax.ShapeDtypeStruct``) if
+    its shape is ``(n,)``; else ``ModelError``. Shapes are static, so this costs nothing at run time and holds under
     every JAX transformation (it runs while the field is traced)."""
     if np.shape(u) != (n,):
         raise ModelError(f"control returns u of shape {tuple(np.shape(u))} but the model has {n} masses")
@@ -138,14 +146,9 @@ def control_output(model, ctrl) -> None:
     (``jax.eval_shape``: nothing is computed, so it holds under ``jax.jit``/``grad`` too),
     also for a model without masses, whose control the solve never evaluates (e.g.
     ``rb.ConstantControl([])``)."""
-    import jax
-    import jax.numpy as jnp
-
     t = jax.ShapeDtypeStruct((), jnp.float64)
     x = jax.ShapeDtypeStruct((model.state_size,), jnp.float64)
-    u_shape = jax.eval_shape(ctrl, t, x).shape
-    if u_shape != (model.n,):
-        raise ModelError(f"control returns u of shape {u_shape} but the model has {model.n} masses")
+    control_value(jax.eval_shape(ctrl, t, x), model.n)
 
 
 def state(model, x, name: str = "x0", outside=None) -> np.ndarray:
@@ -202,10 +205,6 @@ def numeric(x, name: str):
     """``x`` as a float64 array (NumPy when concrete, as :func:`~rollball_jax.errors.as_float64`);
     ``ModelError`` naming ``name`` for what is not numbers (``masses=["a"]`` raised NumPy's
     "could not convert string to float")."""
-    from .errors import as_float64
-
-    import jax.numpy as jnp
-
     h = concrete(x)
     if h is not None and jnp.issubdtype(h.dtype, jnp.complexfloating):  # the cast would drop the imaginary part
         raise ModelError(f"'{name}': " + COMPLEX_MESSAGE)

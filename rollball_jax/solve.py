@@ -415,8 +415,7 @@ def simulate(
         raise ModelError(f"'z_a' (the disk's initial GC position along e1, 5.41) is for a Disk; a "
                          f"{type(model).__name__}'s position is part of its state x0")
     if ts is None:
-        if isinstance(n_save, bool) or not isinstance(n_save, (int, np.integer)) or n_save < 1:
-            raise ModelError(f"'n_save' must be a positive integer; got {n_save!r}")
+        checks.integer(n_save, "n_save")
     ts = np.linspace(t0, t1, n_save) if ts is None else np.asarray(ts, dtype=np.float64).reshape(-1)
     if ts.size == 0 or not np.all(np.isfinite(ts)) or ts[0] < t0 or ts[-1] > t1 or np.any(np.diff(ts) < 0):
         raise ModelError("save times 'ts' must be finite, non-decreasing and lie within t_span")

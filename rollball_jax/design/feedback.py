@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import checks
 from .._rejection_limit import RejectionLimit
 from .._typing import ArrayInput, FloatInput, RealScalar, TimeSpan
 
@@ -437,8 +438,7 @@ def tvlqr(
     if R.shape != (n, n):
         raise ModelError(f"'R' must have shape {(n, n)}; got {R.shape}")
     _check_weights(Q, R, Qf)
-    if isinstance(n_grid, bool) or not isinstance(n_grid, (int, np.integer)) or n_grid < 3:
-        raise ModelError(f"'n_grid' must be an integer >= 3 (knots of the gains' spline); got {n_grid!r}")
+    checks.integer(n_grid, "n_grid", minimum=3)  # knots of the gains' spline (n_grid = 1 gave NaN gains)
     if nominal is None:
         if x0 is None:
             raise ModelError("tvlqr needs 'x0' (the nominal motion is simulated from it) or 'nominal'")

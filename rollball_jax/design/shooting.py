@@ -195,8 +195,7 @@ class MultipleShooting(eqx.Module):
         ts, xs = [], []
         checks.tolerance(rtol, "rtol")
         checks.tolerance(atol, "atol")
-        if isinstance(per_segment, bool) or not isinstance(per_segment, (int, np.integer)) or per_segment < 1:
-            raise ModelError(f"'per_segment' must be a positive integer; got {per_segment!r}")
+        checks.integer(per_segment, "per_segment")
         for s, x0 in enumerate(starts):
             # a node's state named as its segment's start (simulate would call it 'x0')
             checks.state(self.problem.model, x0, f"start of segment {s} (t = {b[s]:.6g})")

@@ -334,7 +334,7 @@ def adaptive_solve(
     that a state at rest, whose own error estimate is zero, still gets steps that resolve
     its linearised motion), starting from this direction; ``probe`` chooses how:
 
-    * ``"tangent"`` (default): the probe tangent ``v`` is carried as a perturbed copy
+    * ``"tangent"`` (this function's default; the discrete adjoint's is ``"bound"``): the probe tangent ``v`` is carried as a perturbed copy
       ``y + ε·v`` of the state through every stage and its local error is controlled too
       (as CVODES does for forward sensitivities with ``errconS`` on), with tolerances
       ``TANGENT_TOLERANCE_FACTOR`` times the state's. Costs a second state.

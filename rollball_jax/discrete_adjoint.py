@@ -5,16 +5,17 @@ A solve is done in two passes:
 1. **Record.** An adaptive explicit Runge–Kutta solve (:mod:`rollball_jax._rk`, the same
    accepted steps as ``diffrax.diffeqsolve`` with a PID controller and jump times) under
    ``stop_gradient`` records every accepted step ``[t_n, t_{n+1}]`` and the state after
-   every ``chunk``-th step. With ``tangent_control`` (default) one probe tangent of the
-   variational equation ``v̇ = ∂f/∂x·v`` is integrated alongside and its local error is
-   controlled as well (to ``_rk.TANGENT_TOLERANCE_FACTOR`` = 10 times the state's
-   tolerances), so that steps also resolve what the derivative sees (a state at rest,
-   whose own error estimate is zero, still gets steps that resolve its linearised
-   oscillations — as CVODES can include forward sensitivities in its error test). With
-   ``tangent_control="bound"`` the steps are instead bounded by the error the solver
-   would make on the linearised equation, from a power-iteration estimate of the
-   Jacobian's spectral radius (one field evaluation a step instead of a second state;
-   :func:`rollball_jax._rk.adaptive_solve`).
+   every ``chunk``-th step. Its steps also resolve what the derivative sees (a state at
+   rest, whose own error estimate is zero, still gets steps that resolve its linearised
+   oscillations): by default (``tangent_control="bound"``) they are bounded by the error
+   the solver would make on the linearised equation, from a power-iteration estimate of
+   the Jacobian's spectral radius (one field evaluation a step;
+   :func:`rollball_jax._rk.adaptive_solve`); with ``tangent_control="tangent"`` one
+   probe tangent of the variational equation ``v̇ = ∂f/∂x·v`` is integrated alongside
+   and its local error is controlled as well (to ``_rk.TANGENT_TOLERANCE_FACTOR`` = 10
+   times the state's tolerances, as CVODES can include forward sensitivities in its
+   error test; a second state, but the choice for models with fast damping, where the
+   bound keeps resolving a mode that has decayed).
 2. **Replay.** The recorded steps are replayed, chunk by chunk, as a *fixed* sequence of
    Runge–Kutta maps. Each chunk is a ``jax.custom_jvp`` function whose primal value is
    looked up from the record (no recomputation) and whose tangent is the JVP of the
@@ -70,12 +71,16 @@ DEFAULT_MAX_STEPS = 4096
 
 
 TANGENT_CONTROLS = (True, False, "tangent", "bound")  # accepted values of ``tangent_control``
+#: The default ``tangent_control`` of every discrete-adjoint solve: the tangent bound (one
+#: field evaluation a step; docs/derivatives.md, *Which to use*).
+DEFAULT_TANGENT_CONTROL = "bound"
 
 
 def tangent_mode(tangent_control) -> str | None:
     """The recording pass's derivative-aware step control for ``tangent_control``:
-    ``True`` or ``"tangent"`` → ``"tangent"`` (a carried probe tangent, the default),
-    ``"bound"`` → the tangent bound (:func:`rollball_jax._rk.adaptive_solve`), ``False``
+    ``"bound"`` → the tangent bound (:func:`rollball_jax._rk.adaptive_solve`; the
+    default, :data:`DEFAULT_TANGENT_CONTROL`), ``True`` or ``"tangent"`` → ``"tangent"``
+    (a carried probe tangent), ``False``
     or ``None`` → ``None`` (the state's own error test only). Raises ``ValueError`` for
     anything else."""
     if isinstance(tangent_control, (bool, np.bool_)):
@@ -103,7 +108,7 @@ def solve(
     max_steps: int = DEFAULT_MAX_STEPS,
     dt0=None,
     dtmax=None,
-    tangent_control: bool | str | None = True,
+    tangent_control: bool | str | None = DEFAULT_TANGENT_CONTROL,
     throw: bool = True,
     dense: bool = False,
 ):
@@ -123,8 +128,8 @@ def solve(
     (a field that turned non-finite: it does not spend ``max_steps`` first). With
     ``throw=False`` either returns ``inf`` states instead, e.g. for an optimiser that must
     reject the trial point, and NaN derivatives of them. Both hold in the value and in
-    every derivative under ``jax.jit`` too (:func:`rollball_jax._results.checked`). ``tangent_control``: see :func:`tangent_mode` (``True``,
-    ``"tangent"``, ``"bound"``, ``False``/``None``). ``solver``: an explicit Runge–Kutta solver of diffrax
+    every derivative under ``jax.jit`` too (:func:`rollball_jax._results.checked`). ``tangent_control``: see :func:`tangent_mode` (``"bound"``,
+    the default, ``True``/``"tangent"``, ``False``/``None``). ``solver``: an explicit Runge–Kutta solver of diffrax
     (default ``Dopri8``); others raise :class:`~rollball_jax.errors.ModelError`.
 
     ``dense=True``: the save times are not step stops (only ``t1`` is); the state at each
@@ -196,7 +201,9 @@ def _solve(vf, params, x0, save_ts, kink_times, tab, mode, rtol, atol, max_steps
         (
             f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
             f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
-            "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up",
+            "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up"
+            + ("; a model with fast damping takes far fewer steps with tangent_control='tangent' (the default "
+               "'bound' keeps resolving a mode that has decayed)" if mode == "bound" else ""),
             "a save time was passed over by the step sequence (save times not strictly increasing, or two "
             "within a few ulps of each other or of a kink time of the control?): space the save times apart",
         ),

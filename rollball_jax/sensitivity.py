@@ -14,11 +14,12 @@ Adjoints (``adjoint=``):
   the forward pass records its accepted steps, the derivative replays exactly those
   steps. Exact derivative of the computed discrete map at any horizon, in forward mode,
   reverse mode and any nesting of them (``jax.hessian``, Hessian-vector products,
-  ``jacrev∘jacrev``). With ``tangent_control=True`` (default) the step-size control
-  also watches one probe tangent of the variational equation, so the steps resolve
-  what the derivative sees even where the state itself is at rest (an equilibrium);
-  ``tangent_control="bound"`` does so at one field evaluation a step (a bound from the
-  Jacobian's spectral radius) and makes a reverse gradient ~1.4× cheaper.
+  ``jacrev∘jacrev``). The step-size control also sees the derivative, so the steps
+  resolve the linearised motion even where the state itself is at rest (an
+  equilibrium): by default (``tangent_control="bound"``) through a bound from the
+  Jacobian's spectral radius, one field evaluation a step; ``tangent_control="tangent"``
+  carries one probe tangent of the variational equation and tests its error too (a
+  reverse gradient ~1.4× dearer, but fewer steps on models with fast damping).
   Explicit Runge–Kutta solvers only (Dopri8, Tsit5, Dopri5, ...). Save times are step
   stops (states there are step ends), or with ``dense=True`` the solver's dense output
   on the steps of a solve to the last one (cheaper for many save times). Memory: ~3 numbers per step plus one state per
@@ -110,7 +111,7 @@ def trajectory(
     max_steps: int = DERIVATIVE_MAX_STEPS,
     adjoint: str | dfx.AbstractAdjoint = "discrete",
     checkpoints: int | None = None,
-    tangent_control: bool | str = True,
+    tangent_control: bool | str = discrete_adjoint.DEFAULT_TANGENT_CONTROL,
     dtmax: RealScalar | None = None,
     throw: bool = True,
     dense: bool = False,
@@ -125,13 +126,13 @@ def trajectory(
     for many save times (see :func:`rollball_jax.discrete_adjoint.solve`; the
     ``"backsolve"`` route always saves by diffrax's dense output). ``tangent_control``:
     step control that also sees the derivative (needed for derivatives from an
-    equilibrium): ``True``/``"tangent"`` (default) carries a probe tangent and tests its
-    error too; ``"bound"`` bounds the step by the error the solver would make on the
-    linearised equation, from a power-iteration estimate of the Jacobian's spectral radius
-    (one field evaluation a step: the reverse gradient ~1.4× cheaper, derivatives in
-    motion as accurate as the solve's own steps instead of ~2× better, and many more
-    steps where a fast mode decays (damping);
-    ``docs/derivatives.md``); ``False``: the state's error test only. Other values raise
+    equilibrium): ``"bound"`` (default) bounds the step by the error the solver would
+    make on the linearised equation, from a power-iteration estimate of the Jacobian's
+    spectral radius (one field evaluation a step; derivatives in motion as accurate as the
+    solve's own steps); ``True``/``"tangent"`` carries a probe tangent and tests its error
+    too (a second state: the reverse gradient ~1.4× dearer, derivatives in motion ~2×
+    more accurate at the same tolerance, and far fewer steps where a fast mode decays,
+    i.e. with damping; ``docs/derivatives.md``); ``False``: the state's error test only. Other values raise
     ``ValueError``. ``dtmax``: optional maximum step. ``max_steps``: static bound on
     the steps (accepted + rejected) that sizes the recording buffers; a solve that needs
     more raises at run time naming it, one whose steps are rejected 100 times in a row (a
@@ -285,7 +286,7 @@ def running_cost(
     max_steps: int = DERIVATIVE_MAX_STEPS,
     adjoint: str | dfx.AbstractAdjoint = "discrete",
     checkpoints: int | None = None,
-    tangent_control: bool | str = True,
+    tangent_control: bool | str = discrete_adjoint.DEFAULT_TANGENT_CONTROL,
     throw: bool = True,
 ) -> Float[Array, ""]:
     """∫_{t0}^{t1} L(t, x(t)) dt, a scalar ``()``, with ``integrand(t, x) -> L`` (scalar; ``x``
@@ -295,8 +296,8 @@ def running_cost(
     The integral is appended to the state as one more ODE component (ċ = L), so it is
     computed to the solve tolerance and differentiated like the trajectory (discrete
     adjoint only). ``integrand`` must not close over values being differentiated.
-    ``tangent_control``: as :func:`trajectory` (``True``/``"tangent"``, ``"bound"``,
-    ``False``).
+    ``tangent_control``: as :func:`trajectory` (``"bound"``, the default,
+    ``True``/``"tangent"``, ``False``).
     Raises ``ValueError`` for an adjoint other than ``"discrete"``/``"forward"``;
     ``ModelError`` for a bad model, control, ``x0``, ``rtol``/``atol`` or ``max_steps`` (as
     :func:`trajectory`); a solve that needs more than ``max_steps`` steps, or whose steps
@@ -342,7 +343,7 @@ def _running_cost_solve(model, control, x0, t_span, integrand, solver, rtol, ato
 def state_transition_matrix(model, control, x0, ts, **solve_kw) -> Float[Array, "T N N"]:
     """∂x(t)/∂x(0) at the save times ``ts`` (``t0 = ts[0]``), shape ``(T, N, N)``, by forward mode.
 
-    Uses the discrete adjoint with tangent-aware step control (keywords as
+    Uses the discrete adjoint with derivative-aware step control (keywords as
     :func:`trajectory`), so it is right from an equilibrium too. For the ball, the
     versor block follows the unconstrained ODE (7.2) (perturbations of |q| included).
     """

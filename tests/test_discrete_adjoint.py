@@ -147,9 +147,11 @@ def _hanging_disk():
 
 def test_equilibrium_stm_matches_linearised_pendulum():
     """Disk at rest, mass hanging: ∂φ(T)/∂φ̇(0) = sin(ωT)/ω (the issue: 20.0037 was
-    returned for 1.0892). Measured 2e-10 relative (cos ωT: 2e-9) with tangent control; without it the
-    steps grow to the whole interval and the value is O(1) wrong (asserted, to show
-    the mechanism)."""
+    returned for 1.0892). With the default derivative-aware step control (the tangent
+    bound; the carried tangent is checked in
+    ``test_tangent_bound_and_carried_tangent_resolve_the_equilibrium``), measured 5.7e-11
+    relative; without it the steps grow to the whole interval and the value is O(1) wrong
+    (asserted, to show the mechanism)."""
     disk, x0, omega = _hanging_disk()
     ctl = rb.ConstantControl([0.0])
     ts = jnp.array([0.0, 5.0, 20.0])
@@ -159,6 +161,8 @@ def test_equilibrium_stm_matches_linearised_pendulum():
         assert abs(float(stm[k, 2, 3]) - expect) <= 1e-6 * max(abs(expect), 1e-3)
         # ∂φ̇/∂φ̇ = cos(ωT)
         assert abs(float(stm[k, 3, 3]) - np.cos(omega * T)) <= 1e-6
+    # the default is the tangent bound (the same compiled solve: bit for bit)
+    assert np.array_equal(stm, rb.state_transition_matrix(disk, ctl, x0, ts, rtol=TOL, atol=TOL, tangent_control="bound"))
     blind = rb.state_transition_matrix(disk, ctl, x0, ts, rtol=TOL, atol=TOL, tangent_control=False)
     assert abs(float(blind[-1, 2, 3]) - np.sin(omega * 20.0) / omega) > 0.1
     # forward mode through rb.integrate differentiates diffrax's steps, as blind (documented
@@ -169,7 +173,7 @@ def test_equilibrium_stm_matches_linearised_pendulum():
 
 def test_equilibrium_running_cost_gradient_matches_linearised_pendulum():
     """Same disk at rest: d/dφ̇(0) of ∫₀ᵀ φ dt is ∫₀ᵀ sin(ωt)/ω dt = (1 − cos ωT)/ω² (T = 20),
-    by reverse mode through ``running_cost`` with its default (tangent-aware) step control.
+    by reverse mode through ``running_cost`` with its default (derivative-aware) step control.
     Measured 6.7e-9 relative (bound 1e-6, as for the state transition matrix); with
     ``tangent_control=False`` it is 36.3 instead of 0.704."""
     disk, x0, omega = _hanging_disk()
@@ -253,8 +257,10 @@ def test_implicit_solver_refused_by_discrete_adjoint():
 
 
 def test_too_many_steps_raises_naming_max_steps():
+    """The error names ``max_steps`` and, under the default tangent bound (which keeps
+    resolving a mode that has decayed), the carried tangent as the remedy for fast damping."""
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
-    with pytest.raises(Exception, match="max_steps"):
+    with pytest.raises(Exception, match="max_steps=16 .*tangent_control='tangent'"):
         jax.block_until_ready(rb.final_gc(ball, ctl, PAPER_BALL_X0, (0.0, 20.0), max_steps=16))
     cost = dict(integrand=lambda t, x: x[3], max_steps=16)
     with pytest.raises(Exception, match="max_steps"):
@@ -808,17 +814,20 @@ def test_tangent_bound_sets_the_steps_of_a_state_at_rest():
         assert h.max() <= lo * (1 + 1e-9) and h.max() >= 0.8 * lo, (tab.name, rolled, h.max() / lo)
 
 
-def test_tangent_bound_resolves_the_equilibrium_at_one_field_evaluation_a_step():
-    """``tangent_control="bound"``: one appended stage a step (J·u by a finite difference,
-    a power iteration for the spectral radius ρ of ∂f/∂x) and a step bound from Dopri8's
-    error polynomial, instead of a carried probe tangent. The hanging disk's ∂φ(T)/∂φ̇(0)
-    = sin(ωT)/ω and ∂φ̇/∂φ̇ = cos(ωT) at tol 1e-10 (measured 5.7e-11 relative at T = 20;
-    bound 1e-6, the issue's); reverse = forward mode there (both the exact derivative of
-    the recorded map; bound 1e-12). The paper ball over [0, 20] (in motion, where the
-    bound seldom binds): 51 accepted steps (measured; 50 without derivative-aware control,
-    55 with the carried tangent), ∂GC/∂x(0) 6.0e-10 from a tol-1e-13 solve (bound 6e-9;
-    carried tangent 2.3e-10, none 5.2e-10: about as accurate as the solve's own steps).
-    Anything else for ``tangent_control`` raises."""
+def test_tangent_bound_and_carried_tangent_resolve_the_equilibrium():
+    """The two derivative-aware step controls. The carried tangent
+    (``tangent_control="tangent"``, a second state through every stage): the hanging
+    disk's ∂φ(T)/∂φ̇(0) = sin(ωT)/ω and ∂φ̇/∂φ̇ = cos(ωT) at tol 1e-10 (measured 1.9e-10
+    relative at T = 20; bound 1e-6, the issue's; the default, the bound, is checked in
+    ``test_equilibrium_stm_matches_linearised_pendulum``); reverse = forward mode there
+    (both the exact derivative of the recorded map; bound 1e-12). The tangent bound
+    (the default: one appended stage a step, J·u by a finite difference, a power
+    iteration for the spectral radius ρ of ∂f/∂x, and a step bound from Dopri8's error
+    polynomial) on the paper ball over [0, 20] (in motion, where the bound seldom binds):
+    51 accepted steps (measured; 50 without derivative-aware control, 55 with the
+    carried tangent), ∂GC/∂x(0) 6.0e-10 from a tol-1e-13 solve (bound 6e-9; carried
+    tangent 2.3e-10, none 5.2e-10: about as accurate as the solve's own steps). Anything
+    else for ``tangent_control`` raises."""
     import diffrax as dfx
 
     from rollball_jax import _rk, discrete_adjoint
@@ -826,11 +835,11 @@ def test_tangent_bound_resolves_the_equilibrium_at_one_field_evaluation_a_step()
     disk, x0, omega = _hanging_disk()
     ctl = rb.ConstantControl([0.0])
     ts = jnp.array([0.0, 5.0, 20.0])
-    stm = rb.state_transition_matrix(disk, ctl, x0, ts, rtol=TOL, atol=TOL, tangent_control="bound")
+    stm = rb.state_transition_matrix(disk, ctl, x0, ts, rtol=TOL, atol=TOL, tangent_control="tangent")
     for k, T in enumerate([5.0, 20.0], start=1):
         assert abs(float(stm[k, 2, 3]) - np.sin(omega * T) / omega) <= 1e-6 * abs(np.sin(omega * T) / omega)
         assert abs(float(stm[k, 3, 3]) - np.cos(omega * T)) <= 1e-6
-    phi = lambda x: rb.final_state(disk, ctl, x, (0.0, 20.0), rtol=TOL, atol=TOL, tangent_control="bound")[2]
+    phi = lambda x: rb.final_state(disk, ctl, x, (0.0, 20.0), rtol=TOL, atol=TOL, tangent_control="tangent")[2]
     assert rel(jax.jit(jax.grad(phi))(x0), jax.jit(jax.jacfwd(phi))(x0)) < 1e-12
 
     ball, ctl_b, x0_b = make_paper_ball(), rb.PaperStep.ball(3), jnp.asarray(PAPER_BALL_X0)

@@ -299,7 +299,7 @@ class DesignProblem(eqx.Module):
         """Solve from the parameters and wrap the sampled trajectory (pure, differentiable).
 
         ``adjoint``: ``"discrete"`` (default; exact derivatives of the steps taken, in
-        forward and reverse mode, with tangent-aware step control; the samples are the
+        forward and reverse mode, with derivative-aware step control; the samples are the
         dense output of the steps, or step stops with ``dense=False``) or ``"backsolve"``. A failed solve (too many steps) gives ``inf``
         states (``"backsolve"``: raises), which the cost turns into a large finite value
         so that optimisers reject the step; its derivatives are NaN (the cost's select

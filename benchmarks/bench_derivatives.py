@@ -174,12 +174,15 @@ def main(argv=None) -> None:
     # step control, no replay, no stage sums.
     vf, vf_params = discrete_adjoint.model_field(ball, ctl)
     tab = _rk.Tableau.from_solver(dfx.Dopri8())
-    record = _rk.adaptive_solve(
+    # Compiled, as the gradient runs it: the tangent bound's finite-difference product J·u
+    # rounds differently op by op, and its accepted steps can differ (47 eagerly, 51 jitted).
+    mode = discrete_adjoint.tangent_mode(discrete_adjoint.DEFAULT_TANGENT_CONTROL)
+    record = jax.jit(lambda: _rk.adaptive_solve(
         tab, lambda tt, y: vf(vf_params, tt, y), T_SPAN[0], T_SPAN[1], x0, rtol=TOL, atol=TOL,
         jump_ts=ctl.kink_times, max_steps=4096, save_ts=jnp.asarray(T_SPAN),
-        probe_v0=jnp.asarray(discrete_adjoint._probe_direction(x0.shape[0])),
-        probe=discrete_adjoint.tangent_mode(discrete_adjoint.DEFAULT_TANGENT_CONTROL),
-    )[0]
+        probe_v0=None if mode is None else jnp.asarray(discrete_adjoint._probe_direction(x0.shape[0])),
+        probe=mode or "tangent",
+    ))()[0]
     n_stages = _rk.solution_stages(tab)  # the stages a replayed step evaluates
     n_vjp = int(record.num_accepted) * n_stages
 

@@ -61,8 +61,9 @@ def test_reverse_equals_forward_at_long_horizons(ball_gc1, t1):
 def test_integrate_is_forward_mode_exact_at_long_horizons_and_refuses_reverse_mode(ball_gc1):
     """``rb.integrate``'s default adjoint is ``diffrax.ForwardMode``. Its forward-mode
     ∂GC₁(200)/∂Ω₁(0) on the paper ball (169 207: a sensitivity of ~1e5) equals the
-    discrete adjoint's reverse gradient (``rb.final_gc``, on its own probe-controlled
-    steps: two discretisations at tol 1e-10) to 2.0e-7 relative, measured; bound 2e-6.
+    discrete adjoint's reverse gradient (``rb.final_gc``, on its own derivative-aware
+    steps: two discretisations at tol 1e-10) to 3.3e-8 relative, measured with the
+    default tangent bound (2.0e-7 with the carried tangent); bound 2e-6.
     Reverse mode through it raises, naming the routes that work: with diffrax's
     ``RecursiveCheckpointAdjoint`` (its default adjoint until 2026-12-07) ``jax.grad`` gave
     −916 029 here, silently (the checkpointed recomputation re-decides steps); that
@@ -188,6 +189,8 @@ def test_equilibrium_running_cost_gradient_matches_linearised_pendulum():
     assert abs(float(d_x0[3]) - expect) <= 1e-6 * abs(expect)
     # d/dT ∫₀ᵀ φ dt = φ(T) = φ(0) at rest (through the save-time identity; it was 0)
     assert float(d_t1) == pytest.approx(float(x0[2]), rel=1e-12)
+    # the default is the tangent bound (the same compiled solve: bit for bit)
+    assert np.array_equal(d_x0, jax.grad(lambda x: cost(x, tangent_control="bound"))(x0))
     blind = jax.grad(lambda x: cost(x, tangent_control=False))(x0)
     assert abs(float(blind[3]) - expect) > 0.1 * abs(expect)
 
@@ -422,9 +425,9 @@ def test_hessian_forward_over_reverse_matches_fd_of_gradient(hessian_problem):
     reverse-mode gradient ≤ 1e-6 relative. The differences are Richardson-extrapolated
     from h = 1e-3 and 5e-4: a gradient at tol 1e-10 jumps by ~1e-10 relative where a
     perturbation changes the step sequence, which a plain difference at h = 1e-5 turns
-    into ~1e-6 (measured 2.8e-7 here, 3.1e-6 with ``tangent_control="bound"``, whose
-    Hessian is as accurate: 2.2e-9 from a tol-1e-13 Hessian, this one 2.7e-9). Measured
-    1.5e-8 (bound 3.3e-8)."""
+    into ~1e-6 (measured 3.1e-6 here with the default tangent bound, 2.8e-7 with the
+    carried tangent; the Hessians are equally accurate: 2.2e-9 and 2.7e-9 from a tol-1e-13
+    Hessian). Measured 3.3e-8 (carried tangent 1.5e-8)."""
     gc1, w = hessian_problem
     H = np.asarray(jax.jit(jax.hessian(gc1))(w))
     np.testing.assert_allclose(H[0], [-4.00046, 3.01309, 4.90948], atol=2e-5)
@@ -572,7 +575,7 @@ def test_throw_false_returns_inf_instead_of_raising():
     steps, or whose save time was passed over, returns ``inf`` states instead of raising;
     a solve that succeeds returns the same states as with ``throw=True``."""
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
-    ts = jnp.array([0.0, 10.0, 20.0])  # 48 steps (34 accepted; measured): 16 are too few
+    ts = jnp.array([0.0, 10.0, 20.0])  # 43 steps (30 accepted; measured; 48/34 with the carried tangent): 16 are too few
     ok = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts, rtol=1e-8, atol=1e-8, throw=False)
     ref = rb.trajectory(ball, ctl, PAPER_BALL_X0, ts, rtol=1e-8, atol=1e-8)
     assert np.all(np.isfinite(ok)) and np.array_equal(np.asarray(ok), np.asarray(ref))
@@ -743,7 +746,8 @@ def test_probe_tolerance_is_ten_times_the_states():
     on the paper ball over [0, 20] at tol 1e-10 the recording pass then takes 55 accepted
     steps (measured; 69 with the state's own tolerances, 49 with 100×, 50 without the
     probe: the count tells the factor apart), and its derivative ∂GC/∂x(0) is 2.4e-10 from
-    a tol-1e-13 solve (bound 5e-9; without the probe 5.2e-10, measured 2026-12-05)."""
+    a tol-1e-13 solve (bound 5e-9; without the probe 5.2e-10, measured 2026-12-05). The
+    carried tangent is not the default (the tangent bound is): asked for by name."""
     import diffrax as dfx
 
     from rollball_jax import _rk, discrete_adjoint
@@ -754,7 +758,8 @@ def test_probe_tolerance_is_ten_times_the_states():
         _rk.Tableau.from_solver(dfx.Dopri8()), lambda t, y: vf(params, t, y), 0.0, 20.0, x0, rtol=TOL, atol=TOL,
         jump_ts=ctl.kink_times, max_steps=4096, probe_v0=jnp.asarray(discrete_adjoint._probe_direction(x0.shape[0]))))()[0]
     assert abs(int(record.num_accepted) - 55) <= 2
-    jac = lambda tol: jax.jacfwd(lambda y: rb.final_gc(ball, ctl, y, (0.0, 20.0), rtol=tol, atol=tol, max_steps=20000)[:2])(x0)
+    jac = lambda tol: jax.jacfwd(lambda y: rb.final_gc(ball, ctl, y, (0.0, 20.0), rtol=tol, atol=tol, max_steps=20000,
+                                                       tangent_control="tangent")[:2])(x0)
     assert rel(jac(TOL), jac(1e-13)) < 5e-9
 
 

@@ -36,6 +36,7 @@ from ..controls import AbstractControl, CubicSplineControl, PiecewiseLinearContr
 from ..errors import ModelError
 from ..models import AbstractModel
 from ..sensitivity import trajectory
+from ..discrete_adjoint import DEFAULT_TANGENT_CONTROL, tangent_mode
 
 if TYPE_CHECKING:
     from ..contact import ContactForces
@@ -163,6 +164,10 @@ class DesignProblem(eqx.Module):
         whose initial angle θ_i(0) is free.
     n_samples : number of sample times (uniform on [0, T]) for path costs and output.
     rtol, atol, solver, max_steps : of the differentiable solve (Dopri8 by default).
+    tangent_control : its derivative-aware step control (:func:`rollball_jax.sensitivity.trajectory`):
+        ``"bound"`` (default, the tangent bound), ``"tangent"``/``True`` (a carried probe
+        tangent: far fewer steps for a model with fast damping, e.g. stiff feedback) or
+        ``False``; anything else raises ``ModelError``.
     dense : sample by the solver's dense output on the steps of a solve to T (default),
         instead of making every sample time a step stop. Measured on experiment (a)
         (``python benchmarks/bench_design.py --skip-fd``, 201 samples, 46 LM iterations,
@@ -186,6 +191,7 @@ class DesignProblem(eqx.Module):
     free_initial_angles: tuple[int, ...] = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     dense: bool = eqx.field(static=True)
+    tangent_control: bool | str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -206,6 +212,7 @@ class DesignProblem(eqx.Module):
         max_steps: int = 20_000,
         z_a: float = 0.0,
         dense: bool = True,
+        tangent_control: bool | str = DEFAULT_TANGENT_CONTROL,
     ):
         n = model.n
         if n == 0:
@@ -249,6 +256,11 @@ class DesignProblem(eqx.Module):
         self.solver = dfx.Dopri8() if solver is None else solver
         self.max_steps = int(max_steps)
         self.z_a = jnp.asarray(z_a, dtype=jnp.float64)
+        try:
+            tangent_mode(tangent_control)
+        except ValueError as e:
+            raise ModelError(str(e)) from None
+        self.tangent_control = tangent_control
 
     # ---- parameters -------------------------------------------------------------
     @property
@@ -311,7 +323,8 @@ class DesignProblem(eqx.Module):
         x0 = self.initial_state(params)
         ts = self.sample_ts
         xs = trajectory(self.model, control, x0, ts, solver=self.solver, rtol=self.rtol, atol=self.atol,
-                        max_steps=self.max_steps, adjoint=adjoint, throw=False, dense=self.dense)
+                        max_steps=self.max_steps, adjoint=adjoint, throw=False, dense=self.dense,
+                        tangent_control=self.tangent_control)
         return Evaluation(self.model, control, x0, ts, xs, self.context(x0))
 
     def wrap(self, params: PyTree, ts: ArrayInput, xs: ArrayInput) -> Evaluation:

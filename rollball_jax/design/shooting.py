@@ -40,14 +40,15 @@ from .problem import DesignProblem, Evaluation
 
 
 @eqx.filter_jit
-def _segments(model, control, starts, seg_ts, solver, rtol, atol, max_steps, adjoint, dense):
+def _segments(model, control, starts, seg_ts, solver, rtol, atol, max_steps, adjoint, dense, tangent_control):
     """States ``(S, K, N)`` of every segment from its start ``starts[s]`` at its times
     ``seg_ts[s]``. Compiled once per structure: a ``lax.map`` over a closure built per call
     compiled anew at every eager call of :meth:`MultipleShooting.evaluate` (~1 s each)."""
     # lax.map, not vmap: under vmap the discrete adjoint's "skip the unused step buffer"
     # conditionals would become selects and replay all max_steps steps of every segment.
     return jax.lax.map(lambda a: trajectory(model, control, a[0], a[1], solver=solver, rtol=rtol, atol=atol,
-                                            max_steps=max_steps, adjoint=adjoint, throw=False, dense=dense),
+                                            max_steps=max_steps, adjoint=adjoint, throw=False, dense=dense,
+                                            tangent_control=tangent_control),
                        (starts, seg_ts))
 
 
@@ -164,7 +165,8 @@ class MultipleShooting(eqx.Module):
         control = self.control(params)
         starts = self.segment_starts(params)
         seg_ts = self._segment_ts()
-        xs = _segments(p.model, control, starts, seg_ts, p.solver, p.rtol, p.atol, p.max_steps, adjoint, p.dense)
+        xs = _segments(p.model, control, starts, seg_ts, p.solver, p.rtol, p.atol, p.max_steps, adjoint, p.dense,
+                       p.tangent_control)
         x0 = self.initial_state(params)
         return Evaluation(p.model, control, x0, seg_ts.reshape(-1), xs.reshape(-1, xs.shape[-1]), p.context(x0))
 

@@ -381,8 +381,16 @@ def adaptive_solve(
             raise ValueError("one probe direction is supported")
         # Both kinds difference the field along a direction with step ε: small enough to
         # follow the linearisation, large enough that rounding in the difference (~1e-16/ε
-        # relative) stays far below the tolerances.
-        eps = PROBE_EPS * (1.0 + jnp.max(jnp.abs(y0)))
+        # relative) stays far below the tolerances. The carried tangent scales ε by the
+        # largest component (its error test sees the copy's rounding). The bound scales it
+        # by the median component: a few large coordinates that the field ignores or reads
+        # through periodic functions (a GC position, a rolling angle after many turns) must
+        # not widen the difference beyond the linear range (with the largest component,
+        # the hanging disk after 10⁵ turns got ∂φ(100)/∂φ̇(0) 1.5e-3 wrong, and a ball at rest
+        # at z = 10⁶ ∂Ω₁/∂Ω₁ 3.4e-4 wrong, silently); its ρ, a bound for step control,
+        # tolerates their rounding in the difference (~ulp(y_i)/ε relative).
+        scale = jnp.median(jnp.abs(y0)) if probe == "bound" else jnp.max(jnp.abs(y0))
+        eps = PROBE_EPS * (1.0 + scale)
 
     if carry_tangent:
         # The probe rides along as a perturbed copy y + ε·v, both evaluated in one

@@ -62,8 +62,10 @@ PROBE_EPS = 1e-5
 #: equilibrium is resolved, and a derivative costs ~20 % less than with 1 (over [0, 100]:
 #: 291 steps instead of 382). (The no-probe row measured 2026-12-05, the others earlier.)
 #: The tangent bound (``adaptive_solve(..., probe="bound")``) holds its bound to the same
-#: factor: 51 steps, 6.0e-10; 7.0e-6 / 4.3e-8; disk 5.7e-11 / 3.5e-6 (factor 1: 54 steps,
-#: 4.4e-10; 3.0e-6 / 3.2e-8; disk 5.4e-12 / 1.4e-7).
+#: factor: 50 steps, 5.2e-10; 5.7e-6 / 4.7e-8; disk 1.0e-10 / 1.3e-5 (its ρ from two
+#: power-iteration steps, since 2026-12-07's evening; with one step's ρ at the step's two
+#: ends, before: 51 steps, 6.0e-10; 7.0e-6 / 4.3e-8; disk 5.7e-11 / 3.5e-6, and with
+#: factor 1: 54 steps, 4.4e-10; 3.0e-6 / 3.2e-8; disk 5.4e-12 / 1.4e-7).
 TANGENT_TOLERANCE_FACTOR = 10.0
 
 
@@ -345,8 +347,11 @@ def adaptive_solve(
       passes only if, besides the state's error test, the error estimate the solver would
       make for a unit tangent of ``v̇ = J·v`` with ``J`` of spectral radius ``ρ``, bounded
       by ``Σ_q |e_q| (hρ)^q`` (``e_q``: :func:`error_polynomial`; Dopri8: ≈ 2.4e-7·(hρ)^8), is within
-      ``TANGENT_TOLERANCE_FACTOR·(atol + rtol)``, ``ρ`` being the larger of its values at
-      the step's start and end. One field evaluation a step instead of a second state. It
+      ``TANGENT_TOLERANCE_FACTOR·(atol + rtol)``, ``ρ`` from two power-iteration steps:
+      the geometric mean of the last accepted step's ``‖J·u‖`` and this step's, i.e.
+      ``sqrt(‖J·J·u‖)`` (exact for a pair ``±iω`` however badly the state is scaled, where
+      one step's ``‖J·u‖`` swings between ``ω²/s`` and ``s`` for a scale ratio ``s``; the
+      first step: its own). One field evaluation a step instead of a second state. It
       assumes ``J`` locally constant (the state's own test covers its variation), so the
       derivative is about as accurate as the solve's own steps make it, not more; and it
       keeps ``hρ`` bounded for a fast *decaying* mode too, where a carried tangent has
@@ -563,8 +568,11 @@ def adaptive_solve(
         z1, err, f_last, K_step, rho_u = step(ta, tb, z, fz, s["made_jump"], s["u"] if use_bound else None)
         serr = _err_norm(z, z1, err)
         if use_bound:
-            # the tangent bound with the larger of the ρ at the step's two ends
-            serr = jnp.maximum(serr, tangent_error((tb - ta) * jnp.maximum(s["rho"], rho_u[0])))
+            # the tangent bound with ρ from two power-iteration steps: the geometric mean of
+            # the last accepted step's ρ and this step's, sqrt(‖J·J·u‖) (the first step:
+            # this step's alone)
+            rho = jnp.where(s["rho"] > 0, jnp.sqrt(s["rho"] * rho_u[0]), rho_u[0])
+            serr = jnp.maximum(serr, tangent_error((tb - ta) * rho))
         keep = serr < 1.0
         inv = lax.stop_gradient(1.0 / serr)
         factor = jnp.clip(SAFETY * inv ** (1.0 / tab.error_order), jnp.where(keep, 1.0, FACTOR_MIN), jnp.where(keep, FACTOR_MAX, SAFETY))

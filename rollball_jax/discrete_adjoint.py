@@ -202,9 +202,8 @@ def _solve(vf, params, x0, save_ts, kink_times, tab, mode, rtol, atol, max_steps
             f"solve failed before t1: {MESSAGES['max_steps_rejected']}; rb.simulate names the time and component",
             f"solve did not reach t1 within max_steps={int(max_steps)} steps (accepted + rejected): "
             "raise max_steps (memory ~ 3 numbers per step), loosen rtol/atol, or check the model for a blow-up"
-            + ("; a model with fast damping or a badly scaled state takes far fewer steps with "
-               "tangent_control='tangent' (the default 'bound' keeps resolving a mode that has decayed, and "
-               "bounds the Jacobian's spectral radius by ‖J·u‖)" if mode == "bound" else ""),
+            + ("; a model with fast damping takes far fewer steps with tangent_control='tangent' (the default "
+               "'bound' keeps resolving a mode that has decayed)" if mode == "bound" else ""),
             "a save time was passed over by the step sequence (save times not strictly increasing, or two "
             "within a few ulps of each other or of a kink time of the control?): space the save times apart",
         ),

@@ -157,7 +157,7 @@ def test_equilibrium_stm_matches_linearised_pendulum():
     """Disk at rest, mass hanging: ∂φ(T)/∂φ̇(0) = sin(ωT)/ω (the issue: 20.0037 was
     returned for 1.0892). With the default derivative-aware step control (the tangent
     bound; the carried tangent is checked in
-    ``test_tangent_bound_and_carried_tangent_resolve_the_equilibrium``), measured 5.7e-11
+    ``test_tangent_bound_and_carried_tangent_resolve_the_equilibrium``), measured 1.0e-10
     relative; without it the steps grow to the whole interval and the value is O(1) wrong
     (asserted, to show the mechanism)."""
     disk, x0, omega = _hanging_disk()
@@ -174,7 +174,7 @@ def test_equilibrium_stm_matches_linearised_pendulum():
     # The same rest after 10⁵ turns (φ = 2π·10⁵, read by the field through sin/cos): the
     # bound's difference step is scaled by the median component, not the largest (with the
     # largest, ε ≈ 6 spanned the nonlinearity and ∂φ(20)/∂φ̇(0) was 7.0e-6 off, silently;
-    # found by a break-it trial). Measured 5.7e-11 as at φ = 0.
+    # found by a break-it trial). Measured 1.0e-10 as at φ = 0.
     turned = jnp.asarray(disk.initial_state(theta=[-np.pi / 2], phi=2e5 * np.pi))
     far = rb.state_transition_matrix(disk, ctl, turned, ts, rtol=TOL, atol=TOL)
     assert abs(float(far[-1, 2, 3]) - np.sin(omega * 20.0) / omega) <= 1e-6 * abs(np.sin(omega * 20.0) / omega)
@@ -808,15 +808,19 @@ def test_tangent_bound_sets_the_steps_of_a_state_at_rest():
     largest such h, z* (measured: the longest step 0.93 z* for Dopri8, 0.90 z* for Heun). Bounds: every
     step ≤ z* (1e-9 slack) and the longest ≥ 0.8 z* — a ρ off by 2× moves the steps by 2×.
     Dopri8 (FSAL: one appended stage) with its stages rolled and unrolled, and Heun (no
-    FSAL: two appended stages)."""
+    FSAL: two appended stages). And a badly scaled state, ẏ = [[0, K], [−1/K, 0]]·y with
+    K = 100 (eigenvalues ±i, but ‖J·u‖ between 1/K and K): ρ comes from two power-iteration
+    steps, sqrt(‖J·J·u‖) = 1 here, so the same bounds hold (with the larger of one step's ρ
+    at the step's two ends, ρ ≈ K and the steps were ~100× shorter: 4,009 accepted over
+    [0, 20] instead of 44; found by a break-it trial)."""
     import diffrax as dfx
 
     from rollball_jax import _rk, discrete_adjoint
 
-    rhs = lambda t, y: jnp.stack([y[1], -y[0]])
     direction = jnp.asarray(discrete_adjoint._probe_direction(2))
-    for solver, t1, tol, rolled in ((dfx.Dopri8(), 10.0, 1e-10, True), (dfx.Dopri8(), 10.0, 1e-10, False),
-                                    (dfx.Heun(), 0.5, 1e-5, True)):
+    for solver, t1, tol, rolled, K in ((dfx.Dopri8(), 10.0, 1e-10, True, 1.0), (dfx.Dopri8(), 10.0, 1e-10, False, 1.0),
+                                       (dfx.Heun(), 0.5, 1e-5, True, 1.0), (dfx.Dopri8(), 10.0, 1e-10, True, 100.0)):
+        rhs = lambda t, y, K=K: jnp.stack([K * y[1], -y[0] / K])
         tab = _rk.Tableau.from_solver(solver)
         e = np.abs(np.asarray(_rk.error_polynomial(tab)))
         target = _rk.TANGENT_TOLERANCE_FACTOR * 2 * tol
@@ -830,7 +834,7 @@ def test_tangent_bound_sets_the_steps_of_a_state_at_rest():
         n = int(rec.num_accepted)
         h = np.asarray(rec.t_end[:n] - rec.t_start[:n])
         assert bool(ok) and np.all(np.asarray(y_end) == 0.0)
-        assert h.max() <= lo * (1 + 1e-9) and h.max() >= 0.8 * lo, (tab.name, rolled, h.max() / lo)
+        assert h.max() <= lo * (1 + 1e-9) and h.max() >= 0.8 * lo, (tab.name, rolled, K, h.max() / lo)
 
 
 def test_tangent_bound_and_carried_tangent_resolve_the_equilibrium():
@@ -843,9 +847,10 @@ def test_tangent_bound_and_carried_tangent_resolve_the_equilibrium():
     (the default: one appended stage a step, J·u by a finite difference, a power
     iteration for the spectral radius ρ of ∂f/∂x, and a step bound from Dopri8's error
     polynomial) on the paper ball over [0, 20] (in motion, where the bound seldom binds):
-    51 accepted steps (measured; 50 without derivative-aware control, 55 with the
-    carried tangent), ∂GC/∂x(0) 6.0e-10 from a tol-1e-13 solve (bound 6e-9; carried
-    tangent 2.3e-10, none 5.2e-10: about as accurate as the solve's own steps). Anything
+    50 accepted steps (measured, as without derivative-aware control: the bound does not
+    bind; 55 with the carried tangent), ∂GC/∂x(0) 5.2e-10 from a tol-1e-13 solve (bound
+    6e-9; carried tangent 2.3e-10, none 5.2e-10: about as accurate as the solve's own
+    steps). Anything
     else for ``tangent_control`` raises."""
     import diffrax as dfx
 

@@ -115,8 +115,9 @@ def integrate(
     linearised motion) is not resolved, silently: hanging disk at rest,
     ∂φ(20)/∂φ̇(0) = 20.0037 against sin(ωT)/ω = 1.0892 at any tolerance. For derivatives
     use :func:`rollball_jax.final_state`, :func:`rollball_jax.trajectory` or
-    :func:`rollball_jax.state_transition_matrix`, whose steps also control a tangent's
-    error (1.9e-10 there at tol 1e-10; ``docs/derivatives.md``). Complex ``x0`` raises
+    :func:`rollball_jax.state_transition_matrix`, whose steps also resolve the linearised
+    motion (derivative-aware step control: 1.0e-10 there at tol 1e-10 with the default
+    tangent bound; ``docs/derivatives.md``). Complex ``x0`` raises
     ``ModelError`` (the cast to float64 would drop a complex step's imaginary part).
     """
     if jnp.iscomplexobj(x0):

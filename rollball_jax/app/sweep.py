@@ -550,8 +550,9 @@ def _batched_mask(spec: SweepSpec, table: dict[str, np.ndarray]) -> list[bool] |
     for p, vals in table.items():
         # Two values of the path that build and change the design are enough to see which
         # leaves it moves; invalid values and the base's own value show nothing, so the scan
-        # goes on past them (up to three valid ones) (taking just the two smallest values, a path whose smallest were
-        # invalid or the base's was held at the base value in every member, silently).
+        # goes on past them, up to three valid values (taking just the two smallest values, a
+        # path whose smallest were invalid or the base's was held at the base value in every
+        # member, silently).
         changing = valid = 0
         for v in np.unique(vals):
             try:

@@ -145,7 +145,7 @@ def rk_stages(tab: Tableau, f, t0, t1, y0, n_stages: int | None = None):
 
 
 def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, scatter: bool = False,
-               A=None, C=None, shift=None):
+               A=None, C=None, shift=None, inputs=None):
     """The stage loop of every explicit RK step in the package (the discrete adjoint's
     recording pass and replay, the batch group loops): for ``i = start, …, S − 1`` (``S =
     K.shape[0]``) ``K[i] = h·f(t_i, y0 + Σ_j A[i, j]·K[j])``, ``t_i = t0 + C[i]·h`` (``t1``
@@ -159,7 +159,10 @@ def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, sc
     loop is much faster in place (reverse gradient of the paper ball 8.1 vs 11.1 ms with a
     scatter in both loops), the replay's static loop under forward mode with a scatter (see
     :func:`rk_stages`). ``A`` ``(S, S)`` and ``C`` ``(S,)`` replace the tableau's (the
-    recording pass appends a stage); ``shift`` ``(S, ...)`` is added to the stage inputs."""
+    recording pass appends a stage); ``shift`` ``(S, ...)`` is added to the stage inputs.
+    ``inputs`` ``(S', ...)`` (``S' ≤ S``): also write each stage input
+    ``y0 + Σ_j A[i, j]·K[j]`` (before ``shift``) of the stages ``i < S'`` into it (in place)
+    and return ``(K, inputs)``; its rows before ``start`` are left as given."""
     S = K.shape[0]
     if (A is None) != (C is None):
         raise ValueError("stage_loop: give both A and C, or neither")
@@ -170,15 +173,26 @@ def stage_loop(tab: Tableau, f, t0, t1, y0, K, start=0, h=None, combine=None, sc
     h = t1 - t0 if h is None else h
     combine = _weighted_sum if combine is None else combine
 
-    def stage(i, K):
+    def stage_value(i, K):
+        """``(y_i, k_i)``: the stage input (without ``shift``) and ``h·f`` there."""
         yi = y0 + combine(A[i], K)
-        if shift is not None:
-            yi = yi + shift[i]
         ti = jnp.where(C[i] == 1.0, t1, t0 + C[i] * h)
-        k = h * f(ti, yi)
+        return yi, h * f(ti, yi if shift is None else yi + shift[i])
+
+    def write(K, i, k):
         return K.at[i].set(k) if scatter else lax.dynamic_update_index_in_dim(K, k, i, 0)
 
-    return lax.fori_loop(start, S, stage, K)
+    if inputs is None:
+        return lax.fori_loop(start, S, lambda i, K: write(K, i, stage_value(i, K)[1]), K)
+    last = inputs.shape[0] - 1
+
+    def stage_and_input(i, carry):
+        K, Y = carry
+        yi, k = stage_value(i, K)
+        j = jnp.minimum(i, last)  # rows past the last input: unchanged
+        return write(K, i, k), lax.dynamic_update_index_in_dim(Y, jnp.where(i <= last, yi, Y[j]), j, 0)
+
+    return lax.fori_loop(start, S, stage_and_input, (K, inputs))
 
 
 def interpolate_saves(tab: Tableau, t_start, t_end, y_start, y_end, K, save_ts):
@@ -306,6 +320,10 @@ class Record(eqx.Module):
     # () bool: the solve failed (did not reach t1, or a save time was never written); the
     # derivatives of a failed solve are NaN (rollball_jax.discrete_adjoint)
     failed: jax.Array
+    # (L, chunk, S, N) or None: the stage inputs of the accepted steps of the first L chunks
+    # (``adaptive_solve(..., store_chunks=L)``; S = solution_stages), which the reverse sweep
+    # reads instead of recomputing them; rows of steps not taken are zeros
+    stage_inputs: jax.Array | None = None
 
 
 def adaptive_solve(
@@ -327,6 +345,7 @@ def adaptive_solve(
     rolled: bool = True,
     dense: bool = False,
     probe: str = "tangent",
+    store_chunks: int = 0,
 ):
     """Adaptive solve over ``[t0, t1]`` that steps onto every save time and records its steps.
 
@@ -362,6 +381,14 @@ def adaptive_solve(
     record holds the accepted step that contains it (``save_step``) and, in ``saves``, the state there by that step's dense output
     (:func:`interpolate_saves`).
 
+    ``store_chunks`` ``L`` (rolled stages, not ``dense``): the record also keeps the stage
+    inputs of the accepted steps of the first ``L`` chunks (``record.stage_inputs``
+    ``(L, chunk, S, N)``, ``S`` = :func:`solution_stages`: ``L·chunk·S·N`` numbers), for
+    the reverse sweep. The step loop then runs chunk by chunk inside an outer loop that
+    copies each chunk's stage inputs out: a ``while`` loop that touched the whole store
+    would exceed XLA's small-loop byte threshold (:mod:`rollball_jax._xla_flags`) and stop
+    being compiled as one kernel. The steps are the same.
+
     Returns ``(record, y_end, t_end, ok, stats)``; ``ok`` is False if ``max_steps``
     (accepted + rejected) ran out before ``t1``, or if ``MAX_CONSECUTIVE_REJECTIONS``
     steps in a row were rejected (``stats["rejected_in_a_row"]`` then reaches it; see
@@ -378,6 +405,10 @@ def adaptive_solve(
     stop_ts = save_ts[-1:] if dense else save_ts
     if probe not in ("tangent", "bound"):
         raise ValueError(f"probe must be 'tangent' or 'bound', got {probe!r}")
+    store = int(store_chunks) > 0
+    if store and (dense or not rolled):
+        raise ValueError("store_chunks needs rolled stages and no dense output")
+    S_sol = solution_stages(tab)
     carry_tangent = probe_v0 is not None and probe == "tangent"
     use_bound = probe_v0 is not None and probe == "bound"
     F, z0 = f, y0
@@ -465,19 +496,26 @@ def adaptive_solve(
         # at stage 0 and evaluates f(ta, z) itself (A[0] = 0, C[0] = 0): no second copy
         # of the vector field in the program.
         h = tb - ta
+        # stage inputs of the solution stages (row 0, the step's start, set here: the loop
+        # does not evaluate stage 0 after an FSAL step)
+        Y = jnp.zeros((S_sol,) + z.shape, z.dtype).at[0].set(z) if store else None
         if u is None:
             K = jnp.zeros((S_,) + z.shape, z.dtype).at[0].set(h * fz)
-            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1))
+            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), inputs=Y)
             rho_u = None
         else:
             K = jnp.zeros((S_ + n_x,) + z.shape, z.dtype).at[0].set(h * fz)
             shift = jnp.zeros_like(K).at[-1].set(eps * u)
-            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), A=A_x, C=C_x, shift=shift)
+            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), A=A_x, C=C_x, shift=shift, inputs=Y)
+            if store:
+                K, Y = K
             rho_u = power_step(h, K[end_row], K[-1], u)
             K = K[:S_]
+        if store and u is None:
+            K, Y = K
         z1 = z + _weighted_sum(B_sol, K)
         err = _weighted_sum(B_err, K)
-        return z1, err, K[-1] / h, K, rho_u
+        return z1, err, K[-1] / h, K, rho_u, Y
 
     # Generic (pytree) RK step for the augmented state.
     def step_unrolled(ta, tb, z, fz, fresh, u=None):
@@ -511,7 +549,7 @@ def adaptive_solve(
             f1 = fi if tab.fsal else F(tb, z1)
             h = tb - ta
             rho_u = power_step(h, h * f1, h * F(tb, z1 + eps * u), u)
-        return z1, err, fi, K, rho_u
+        return z1, err, fi, K, rho_u, None
 
     step = step_rolled if rolled else step_unrolled
     # The rolled step evaluates the first stage itself when told (``fresh``); the unrolled
@@ -555,6 +593,8 @@ def adaptive_solve(
         # ρ at the start of the next step (0 before the first: that step is judged by the
         # ρ at its end alone) and the power iteration's direction
         state0.update(rho=jnp.zeros((), dtype), u=u0)
+    if store:  # this chunk's stage inputs, row = accepted step mod chunk
+        state0.update(chunk_inputs=jnp.zeros((chunk, S_sol, N), dtype))
 
     def cond(s):
         return (s["tprev"] < t1) & (s["n_steps"] < K) & (s["run"] < MAX_CONSECUTIVE_REJECTIONS)
@@ -565,7 +605,7 @@ def adaptive_solve(
             fz = s["fz"]
         else:
             fz = lax.cond(s["made_jump"], lambda: F(ta, z), lambda: s["fz"]) if jump_ts.shape[0] else s["fz"]
-        z1, err, f_last, K_step, rho_u = step(ta, tb, z, fz, s["made_jump"], s["u"] if use_bound else None)
+        z1, err, f_last, K_step, rho_u, Y_step = step(ta, tb, z, fz, s["made_jump"], s["u"] if use_bound else None)
         serr = _err_norm(z, z1, err)
         if use_bound:
             # the tangent bound with ρ from two power-iteration steps: the geometric mean of
@@ -643,9 +683,27 @@ def adaptive_solve(
             run=jnp.where(keep, 0, s["run"] + 1),  # rejected steps in a row
             rec=rec,
             **({"rho": jnp.where(keep, rho_u[0], s["rho"]), "u": jnp.where(keep, rho_u[1], s["u"])} if use_bound else {}),
+            # slot n % chunk is (over)written on every attempt; the accepted one stays
+            **({"chunk_inputs": upd(s["chunk_inputs"], Y_step[:, 0] if carry_tangent else Y_step, n % chunk, 0)}
+               if store else {}),
         )
 
-    s = lax.while_loop(cond, body, state0)
+    if store:
+        L = int(store_chunks)
+
+        def chunk_body(o):
+            s, c, inputs = o
+            end = (c + 1) * chunk  # the steps of chunk c, then copy its stage inputs out
+            s = lax.while_loop(lambda s: cond(s) & (s["n_acc"] < end), body, s)
+            cl = jnp.minimum(c, L - 1)
+            inputs = lax.dynamic_update_index_in_dim(inputs, jnp.where(c < L, s["chunk_inputs"], inputs[cl]), cl, 0)
+            return s, c + 1, inputs
+
+        s, _, stage_inputs = lax.while_loop(lambda o: cond(o[0]), chunk_body,
+                                            (state0, jnp.asarray(0, jnp.int32), jnp.zeros((L, chunk, S_sol, N), dtype)))
+    else:
+        s = lax.while_loop(cond, body, state0)
+        stage_inputs = None
     n_acc = s["n_acc"]
     y_end = s["z"][0] if carry_tangent else s["z"]
     rec = s["rec"]
@@ -656,7 +714,7 @@ def adaptive_solve(
     record = Record(
         t_start=rec["t_start"], t_end=rec["t_end"], save_index=rec["save_index"], chunk_states=chunk_states,
         num_accepted=n_acc, saves=rec["saves"], save_chunk=rec["save_chunk"], save_step=rec["save_step"],
-        failed=~ok | jnp.any(rec["save_chunk"] == -2),
+        failed=~ok | jnp.any(rec["save_chunk"] == -2), stage_inputs=stage_inputs,
     )
     stats = dict(num_steps=s["n_steps"], num_accepted_steps=n_acc, num_rejected_steps=s["n_steps"] - n_acc,
                  rejected_in_a_row=s["run"])

@@ -66,6 +66,10 @@ from ._results import MESSAGES, checked, nan_where
 from ._time_tangents import with_time_derivatives
 
 CHUNK = 16  # steps per rematerialised chunk
+#: Chunks at the start of a solve whose stage inputs the recording pass keeps for the
+#: reverse sweep (which recomputes the others): ``STORED_CHUNKS·CHUNK·S·N`` numbers, 100 kB
+#: for the paper ball (N = 15, S = 13).
+STORED_CHUNKS = 4
 GROUP = 16  # chunks per group (groups past the last step are skipped with one cond)
 DEFAULT_MAX_STEPS = 4096
 
@@ -173,6 +177,7 @@ def _solve(vf, params, x0, save_ts, kink_times, tab, mode, rtol, atol, max_steps
         tab, own_executor(lambda t, y: vf(p_sg, t, y)), t0, t1, x0_sg, rtol=rtol, atol=atol, jump_ts=kinks,
         max_steps=max_steps, dt0=dt0, dtmax=dtmax, save_ts=lax.stop_gradient(save_ts), chunk=CHUNK,
         probe_v0=None if mode is None else jnp.asarray(_probe_direction(n)), probe=mode or "tangent", dense=dense,
+        store_chunks=0 if dense else STORED_CHUNKS,
     )
     record = lax.stop_gradient(record)
 

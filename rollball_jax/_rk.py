@@ -322,7 +322,8 @@ class Record(eqx.Module):
     failed: jax.Array
     # (L, chunk, S, N) or None: the stage inputs of the accepted steps of the first L chunks
     # (``adaptive_solve(..., store_chunks=L)``; S = solution_stages), which the reverse sweep
-    # reads instead of recomputing them; rows of steps not taken are zeros
+    # reads instead of recomputing them; rows past the last accepted step hold no meaning
+    # (zeros, or a previous chunk's rows: the chunk buffer is reused) and are never read
     stage_inputs: jax.Array | None = None
 
 

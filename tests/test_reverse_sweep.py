@@ -140,13 +140,15 @@ def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
     np.testing.assert_array_equal(np.asarray(rec.t_end[:n_acc]), np.asarray(plain.t_end[:n_acc]))  # (b)
     S, A, C = _rk.stage_matrices(tab)
     stored = np.asarray(rec.stage_inputs)
-    f = jax.jit(lambda t, y: vf(params, t, y))
+    jf = jax.jit(lambda t, y: vf(params, t, y))
+    f = lambda t, y: np.asarray(jf(t, y))  # the field compiled, the step arithmetic in NumPy
+    t_start, t_end, chunk_states = (np.asarray(a) for a in (rec.t_start, rec.t_end, rec.chunk_states))
     scale = np.max(np.abs(stored))
     for c in range(L):
-        x = rec.chunk_states[c]
+        x = chunk_states[c]
         for k in range(chunk):
             n = c * chunk + k
-            ta, tb = rec.t_start[n], rec.t_end[n]
+            ta, tb = t_start[n], t_end[n]
             h = tb - ta
             Ks, Ys = [], []
             for i in range(S):
@@ -155,7 +157,7 @@ def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
                 Ks.append(h * f(tb if C[i] == 1.0 else ta + C[i] * h, y))
             assert np.max(np.abs(np.stack(Ys[:13]) - stored[c, k])) < 1e-12 * scale, (c, k)
             x = x + sum(float(b) * K for b, K in zip(tab.b_sol, Ks))
-    assert rel(x, rec.chunk_states[L]) < 1e-12  # the rebuilt steps end where the record's did
+    assert rel(x, chunk_states[L]) < 1e-12  # the rebuilt steps end where the record's did
     ct = jnp.asarray(np.random.default_rng(20261207).standard_normal((2, 15)))
     sweep = jax.jit(lambda r: reverse_sweep(tab, vf, params, r, ct, chunk))
     with_store, recomputed = sweep(rec), sweep(dataclasses.replace(rec, stage_inputs=None))  # (c)

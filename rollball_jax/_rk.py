@@ -502,18 +502,16 @@ def adaptive_solve(
         Y = jnp.zeros((S_sol,) + z.shape, z.dtype).at[0].set(z) if store else None
         if u is None:
             K = jnp.zeros((S_,) + z.shape, z.dtype).at[0].set(h * fz)
-            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), inputs=Y)
+            out = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), inputs=Y)
+            K, Y = out if store else (out, None)
             rho_u = None
         else:
             K = jnp.zeros((S_ + n_x,) + z.shape, z.dtype).at[0].set(h * fz)
             shift = jnp.zeros_like(K).at[-1].set(eps * u)
-            K = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), A=A_x, C=C_x, shift=shift, inputs=Y)
-            if store:
-                K, Y = K
+            out = stage_loop(tab, F, ta, tb, z, K, start=jnp.where(fresh, 0, 1), A=A_x, C=C_x, shift=shift, inputs=Y)
+            K, Y = out if store else (out, None)
             rho_u = power_step(h, K[end_row], K[-1], u)
             K = K[:S_]
-        if store and u is None:
-            K, Y = K
         z1 = z + _weighted_sum(B_sol, K)
         err = _weighted_sum(B_err, K)
         return z1, err, K[-1] / h, K, rho_u, Y

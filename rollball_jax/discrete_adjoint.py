@@ -71,7 +71,9 @@ CHUNK = 16  # steps per rematerialised chunk
 #: Chunks at the start of a solve whose stage inputs the recording pass keeps for the
 #: reverse sweep (which recomputes the others): ``STORED_CHUNKS·CHUNK·S·N`` numbers, 100 kB
 #: for the paper ball (N = 15, S = 13), per solve (a ``jax.vmap`` of solves keeps one per
-#: member). Not with ``dense=True`` (whose sweep needs every stage: recomputed).
+#: member). Not with ``dense=True`` (whose sweep needs every stage: recomputed). A program
+#: without a reverse pass (the value alone, ``jax.jacfwd``) does not hold them: XLA removes
+#: the unused store (checked in the compiled programs of the paper ball's final GC).
 #: Measured (paper ball, reverse gradient of the final GC, 2 cores, fresh processes
 #: alternating, fastest of 60 calls): [0, 20] (50 steps, all stored) 0.74-0.78 ms with
 #: none stored, 0.65-0.70 ms with 4 chunks; [0, 200] (663 steps) 8.7-9.0, 8.3-8.8 with 4,

@@ -60,7 +60,10 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
     replay's to rounding. ``dense``: the saves are the dense output
     (:func:`rollball_jax._rk.interpolate_saves` at ``save_ts`` ``(T,)``) of the step that
     contains them (``record.save_step``); its cotangent enters that step's stages, start
-    and end state (the interpolant is linear in them)."""
+    and end state (the interpolant is linear in them). ``record.stage_inputs``
+    ``(L, chunk, S, N)`` (or ``None``): the stage inputs of the first ``L`` chunks, read
+    instead of recomputed (the recording pass keeps none with dense output); raises
+    ``ValueError`` at trace time for another shape."""
     S = len(tab.b_sol) if dense else _rk.solution_stages(tab)
     _, A_full, C_full = _rk.stage_matrices(tab)
     A, C = jnp.asarray(A_full[:S, :S]), jnp.asarray(C_full[:S])
@@ -180,7 +183,7 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
         return lax.fori_loop(0, m, backward, (lam, pbar))
 
     n_chunks = -(-n_acc // chunk)
-    stored = None if dense else record.stage_inputs
+    stored = record.stage_inputs
     if stored is not None and stored.shape[1:] != (chunk, S, n):
         raise ValueError(f"record.stage_inputs has shape {stored.shape}, expected (L, {chunk}, {S}, {n})")
     lam0 = jnp.zeros((n,), dtype)

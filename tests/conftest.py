@@ -26,56 +26,6 @@ def _pin_worker_to_one_core() -> None:
 
 _pin_worker_to_one_core()
 
-
-#: LLVM option the tests compile with (on top of the package's XLA defaults): GVN without
-#: its memory-dependence analysis, i.e. no redundant-load elimination.
-TEST_LLVM_OPTION = "-enable-gvn-memdep=false"
-
-
-def _compile_faster_for_tests() -> bool:
-    """Compile the tests' programs with ``TEST_LLVM_OPTION`` added to the package's
-    ``--xla_backend_extra_options`` (set here because ``import rollball_jax`` starts JAX's
-    CPU backend, after which XLA reads no option).
-
-    About 60 % of the suite's time is XLA compiling ~3,200 distinct programs, and a
-    quarter of that LLVM spent in GVN's memory-dependence queries on the one-kernel solve
-    loops. Measured 2026-12-07 (2 cores, jaxlib 0.10.2, the same 2,556 programs identified
-    by their HLO): XLA compilation 521 -> 442 s, the workers' test time 834 -> 718 s, the
-    README command 424-437 -> 375-379 s. It is a test-time setting, not a package
-    default, because compiled programs then run ~3-6 % slower (one solve of the paper ball,
-    its field VJPs; ``bench_batch.py`` mode adaptive 11,600-11,800 vs 12,100-12,200 traj/s;
-    lockstep unchanged) and users run long sweeps. Results are those of the default
-    options or differ by rounding where LLVM then forms other fused multiply-adds: measured
-    bit-identical for forward solves (ball, disk, ``rb.simulate``), reverse gradient,
-    forward Jacobian, Hessian-vector product, state transition matrix and the three batch
-    modes, and 5.4e-16 relative for ``jax.hessian`` of the paper ball's GC (5 of 9 entries);
-    ``tests/test_xla_flags.py`` checks a solve and a gradient against a process with the
-    package's defaults only. Like the package's own options it is added only for a jaxlib
-    in the package's tested range (an unknown LLVM option aborts the process), only when
-    ``XLA_FLAGS`` names no ``--xla_backend_extra_options`` of its own, and not with
-    ``ROLLBALL_JAX_TEST_FAST_COMPILE=0``. Returns whether it added the option."""
-    import importlib.util
-
-    if os.environ.get("ROLLBALL_JAX_TEST_FAST_COMPILE", "1") == "0":
-        return False
-    if TEST_LLVM_OPTION in os.environ.get("XLA_FLAGS", ""):
-        return True  # an xdist worker: the controller's conftest added it
-    # the package's option module, read without importing the package (which starts JAX)
-    package = importlib.util.find_spec("rollball_jax").submodule_search_locations[0]
-    spec = importlib.util.spec_from_file_location("_rollball_jax_xla_flags", Path(package) / "_xla_flags.py")
-    flags = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(flags)
-    for flag in flags.flags_to_add():
-        if flag.startswith("--xla_backend_extra_options="):
-            os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "").strip(),
-                                                f"{flag},{TEST_LLVM_OPTION}"]).strip()
-            return True
-    return False
-
-
-#: whether this test process compiles with ``TEST_LLVM_OPTION``
-TEST_OPTION_ADDED = _compile_faster_for_tests()
-
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

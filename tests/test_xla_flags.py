@@ -59,7 +59,7 @@ def test_group_loops_turn_the_fusion_emitters_back_on(monkeypatch):
     assert _xla_flags.group_loop_compiler_options() == {}
 
 
-_SOLVE_AND_GRADIENT_BITS = """
+_SOLVE_AND_GRADIENT = """
 import hashlib, jax, jax.numpy as jnp, numpy as np, rollball_jax as rb
 v = [[0, 0, 1], [np.pi / 2, 0, 1], [np.pi / 4, np.pi / 4, 1]]
 rails = [rb.CircleRail.paper(r, vi) for r, vi in zip([0.95, 0.9, 0.85], v)]
@@ -68,13 +68,10 @@ x0 = jnp.asarray(ball.initial_state(theta=[0.0, 2.0369, 0.7044]))
 ctl = rb.PaperStep.ball(3)
 solve = jax.jit(lambda x: rb.integrate(ball, ctl, x, jnp.linspace(0.0, 3.0, 7)).ys)
 grad = jax.jit(jax.grad(lambda x: rb.final_gc(ball, ctl, x, (0.0, 3.0))[0]))
-out = np.concatenate([np.ravel(np.asarray(a)) for a in jax.tree_util.tree_leaves(solve(x0))] + [np.asarray(grad(x0))])
-sha = hashlib.sha1(out.tobytes()).hexdigest()
-"""
-_SOLVE_AND_GRADIENT = _SOLVE_AND_GRADIENT_BITS + """
 hlo = solve.lower(x0).compile().as_text()
+out = np.concatenate([np.ravel(np.asarray(a)) for a in jax.tree_util.tree_leaves(solve(x0))] + [np.asarray(grad(x0))])
 stage_loops = [l for l in hlo.splitlines() if "xla_cpu_small_call" in l and "f64[14,15]" in l]
-print(len(stage_loops), sha)
+print(len(stage_loops), hashlib.sha1(out.tobytes()).hexdigest())
 """
 
 
@@ -90,32 +87,13 @@ def test_small_loop_option_compiles_the_solve_as_one_kernel_bit_for_bit():
     ``xla_cpu_small_call``; XLA's own 1,024-byte threshold hoists only smaller loops, none
     of these), and the states of a solve and the reverse-mode gradient through the
     discrete adjoint are the same bits as without it (paper ball over [0, 3], fresh
-    processes: one with the defaults, one with only the fusion-emitter option). The test
-    process itself, compiling with the tests' extra LLVM option (``tests/conftest.py``),
-    gets the same bits as the process with the package's defaults."""
+    processes: one with the defaults, one with only the fusion-emitter option)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "ROLLBALL_JAX_XLA_DEFAULTS")}
     n_small, sha_default = _run(_SOLVE_AND_GRADIENT, env)
     off = env | {"ROLLBALL_JAX_XLA_DEFAULTS": "0", "XLA_FLAGS": FLAG}
     n_small_off, sha_off = _run(_SOLVE_AND_GRADIENT, off)
     assert int(n_small) >= 1 and int(n_small_off) == 0
     assert sha_default == sha_off
-    here: dict = {}
-    exec(_SOLVE_AND_GRADIENT_BITS, here)  # in this process
-    assert here["sha"] == sha_default
-
-
-def test_tests_compile_with_the_packages_options_and_one_llvm_option():
-    """The test processes run the package's XLA options (the small-loop threshold it
-    sets, so batch mode adaptive takes the same path as for users) plus the LLVM option
-    of ``tests/conftest.py``, unless a run opted out or named its own options."""
-    from conftest import TEST_LLVM_OPTION, TEST_OPTION_ADDED
-
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    if TEST_OPTION_ADDED:
-        assert f"{SMALL_LOOPS},{TEST_LLVM_OPTION}" in flags and FLAG in flags
-        assert _xla_flags.small_loops_threshold() == _xla_flags.SMALL_LOOP_BYTES
-    else:
-        assert not any(TEST_LLVM_OPTION in f for f in flags)
 
 
 def test_small_loops_threshold_reads_the_setting_in_force():
@@ -128,6 +106,3 @@ def test_small_loops_threshold_reads_the_setting_in_force():
     assert _xla_flags.small_loops_threshold(
         {"XLA_FLAGS": "--xla_backend_extra_options=xla_cpu_foo=1,xla_cpu_small_while_loop_byte_threshold=5000"}) == 5000
     assert _xla_flags.small_loops_threshold({"XLA_FLAGS": "--xla_backend_extra_options=xla_cpu_foo=1"}) == 1024
-    # an LLVM option beside it (as the tests add one, tests/conftest.py) leaves it readable
-    assert _xla_flags.small_loops_threshold(
-        {"XLA_FLAGS": "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=200000,-enable-gvn-memdep=false"}) == 200_000

@@ -20,6 +20,19 @@ compiled and in which tests, i.e. where one compiled program could serve several
 Measured 2026-12-07 (462 tests, 405 s): 489 s compiling in 3,138 compilations; the
 package's ``jit(flat)`` (``rb.simulate``, the Jacobians) 72 times (67 s) for as many model,
 control and save-grid structures, the tests' own jitted lambdas 71 times (97 s).
+2026-12-07, evening (488 tests): no program is compiled twice in a worker (identical HLO
+compiled again: 6 s and 1 s in the two workers), so only fewer or smaller programs shorten
+the suite, not a compilation cache.
+
+Comparing two variants of the suite (an option, a rewritten test): run them at the same
+time, one per core, then with the cores swapped, e.g.::
+
+    taskset -c 0 python -m pytest -q -n 0 tests/test_design.py &   # variant A
+    taskset -c 1 python -m pytest -q -n 0 tests/test_design.py     # variant B
+
+Whole-suite runs one after the other drift with the machine's speed: on 2026-12-07 an LLVM
+option (``-enable-gvn-memdep=false``) looked like 424–437 s → 375–379 s in consecutive
+runs, and the paired runs showed 2–4 % (test_design.py 127/114 s against 130/119 s).
 """
 
 from __future__ import annotations

@@ -111,7 +111,8 @@ def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
     row equals the stage input ``Y_i = x_n + h Σ_j A_ij f(t_j, Y_j)`` of that accepted
     step, rebuilt here in plain Python from the recorded step times and chunk states
     (measured ≤ 4.7e-16 relative to max |Y|; bound 1e-12: rounding over at most 16 steps; a
-    row of the wrong step or stage is O(h|f|) ~ 1e-2 off). (b) The steps are those of the
+    row of the wrong step or stage is O(h|f|) ~ 1e-2 off); a store of another shape is
+    refused. (b) The steps are those of the
     solve without the store. (c) The sweep with the store equals the sweep with every
     chunk recomputed (measured 1.5e-15 relative; bound 1e-12), and it does read the store:
     stored inputs scaled by 1.001 move its result by 2.2e-3 (measured; bound > 1e-6)."""
@@ -165,6 +166,9 @@ def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
     flat = [jax.flatten_util.ravel_pytree(g)[0] for g in (with_store, recomputed, corrupted)]
     assert flat[0].shape == (75,) and rel(flat[0], flat[1]) < 1e-12
     assert rel(flat[2], flat[1]) > 1e-6
+    # a store of another shape (here half a chunk) is refused while tracing, not misread
+    with pytest.raises(ValueError, match=r"record.stage_inputs has shape \(2, 8, 13, 15\), expected \(L, 16, 13, 15\)"):
+        reverse_sweep(tab, vf, params, dataclasses.replace(rec, stage_inputs=rec.stage_inputs[:, :8]), ct, chunk)
 
 
 def test_dense_sweep_equals_forward_mode():

@@ -2,7 +2,7 @@
 
 Use as a pytest plugin, then aggregate (works with the suite's xdist workers)::
 
-    PYTHONPATH=benchmarks python -m pytest -q -p profile_tests     # writes runs/test_profile/*.json
+    PYTHONPATH=benchmarks python -m pytest -q -p profile_tests --run-slow  # writes runs/test_profile/*.json
     python benchmarks/profile_tests.py                              # prints the table
 
 Per test it records the wall time of the test call (fixtures excluded), JAX's

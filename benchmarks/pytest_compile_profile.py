@@ -7,8 +7,9 @@ summary from the controller (totals, the 15 files and 20 tests with most compila
 
 Run from the repository root::
 
-    PYTHONPATH=benchmarks python -m pytest -p pytest_compile_profile
+    PYTHONPATH=benchmarks python -m pytest -p pytest_compile_profile --run-slow
 
+(``--run-slow``: every test; without it the default tier only, ``tests/conftest.py``.)
 Measured 2026-12-04 (2 cores, 2 workers, 447 tests): 579 s compiling, 150 s tracing,
 83 s lowering, of ~880 s of the workers' test time. 2026-12-05 (slower machine, 1,066 s
 of CPU): 636 s compiling in 3,090 XLA compilations, of which the 210 over 1 s took 482 s

@@ -85,26 +85,75 @@ def _memory_maps() -> tuple[int, int] | None:
         return None
 
 
+# Two tiers. The tests marked ``slow`` (each >= 10 s on 2 cores: the experiments' quick
+# runs, the tests that start other processes, the heaviest derivative and design checks)
+# are deselected by the README's command ``python -m pytest -q`` and run by
+# ``python -m pytest -q -m slow``; ``--run-slow`` runs both tiers in one session. CI runs
+# both commands. Naming tests (``file.py::test``) or a marker expression (``-m``) deselects
+# nothing: what is asked for runs.
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run the tests marked slow (deselected by default; -m slow runs them alone)")
+
+
+def _tier(config) -> str:
+    if config.getoption("--run-slow") or config.option.markexpr not in ("", "slow"):
+        return "all"
+    if config.option.markexpr == "slow":
+        return "slow"
+    # explicit test ids select what they name
+    return "all" if any("::" in str(a) for a in config.args) else "default"
+
+
 # Longest test files first. The workers take whole files (``--dist loadfile``) in the order
 # the controller queues them; ``--no-loadscope-reorder`` (pyproject.toml) keeps this order
 # instead of xdist's default, most *tests* first, which put long files with few tests
 # last: one worker then ran on alone for up to ~40 s (measured: 416 vs 455 s of tests).
-# Seconds per file as measured on 2 cores with 2 workers (2026-12-04, --durations=0);
-# files not listed are short and go last, in collection order.
+# Seconds per file and tier as measured on 2 cores with 2 workers (2026-12-07,
+# --durations=0); files not listed are short and go last, in collection order.
 FILE_SECONDS = {
-    "test_discrete_adjoint.py": 125, "test_design.py": 119, "test_gradients.py": 80, "test_batch.py": 76,
-    "test_reverse_sweep.py": 73, "test_feedback.py": 46, "test_bad_input.py": 39, "test_sweep.py": 31,
-    "test_shooting.py": 30, "test_ball.py": 19, "test_docs.py": 19, "test_rigid_se3.py": 18,
-    "test_implicit.py": 18, "test_safe_derivatives.py": 15, "test_xla_flags.py": 15, "test_contact.py": 13,
-    "test_jacobians.py": 11, "test_bad_input_property.py": 10, "test_dae.py": 10, "test_cli.py": 9,
-    "test_costs.py": 8,
+    "default": {
+        "test_discrete_adjoint.py": 107, "test_batch.py": 57, "test_gradients.py": 44, "test_reverse_sweep.py": 41,
+        "test_bad_input.py": 33, "test_feedback.py": 30, "test_design.py": 30, "test_ball.py": 18,
+        "test_rigid_se3.py": 16, "test_docs.py": 15, "test_safe_derivatives.py": 14, "test_implicit.py": 14,
+        "test_field_vjp.py": 13, "test_sweep.py": 11, "test_shooting.py": 10, "test_dae.py": 10,
+        "test_contact.py": 9, "test_cli.py": 9, "test_executor.py": 7, "test_validation.py": 6,
+    },
+    "slow": {
+        "test_design.py": 85, "test_discrete_adjoint.py": 59, "test_gradients.py": 36, "test_batch.py": 35,
+        "test_sweep.py": 28, "test_shooting.py": 21, "test_reverse_sweep.py": 19, "test_feedback.py": 18,
+        "test_xla_flags.py": 12, "test_docs.py": 12, "test_bad_input_property.py": 8,
+    },
 }
+FILE_SECONDS["all"] = {name: FILE_SECONDS["default"].get(name, 0) + FILE_SECONDS["slow"].get(name, 0)
+                       for name in {*FILE_SECONDS["default"], *FILE_SECONDS["slow"]}}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Order the collected tests by :data:`FILE_SECONDS`, longest file first (a stable sort:
-    the order inside a file is kept)."""
-    items.sort(key=lambda item: -FILE_SECONDS.get(Path(str(item.fspath)).name, 0))
+    """Deselect the tests marked ``slow`` unless asked for (see :func:`_tier`), then order
+    the rest by :data:`FILE_SECONDS` of the tier, longest file first (a stable sort: the
+    order inside a file is kept)."""
+    tier = _tier(config)
+    if tier == "default":
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    seconds = FILE_SECONDS[tier]
+    items.sort(key=lambda item: -seconds.get(Path(str(item.fspath)).name, 0))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Say which tier ran: with xdist the workers deselect, and the summary line does not
+    count their deselected tests."""
+    if hasattr(config, "workerinput"):
+        return
+    tier = _tier(config)
+    if tier == "default":
+        terminalreporter.write_line("tests marked slow were not run: `python -m pytest -q -m slow` runs them, "
+                                    "`--run-slow` runs every test")
+    elif tier == "slow":
+        terminalreporter.write_line("only the tests marked slow ran (the rest: `python -m pytest -q`)")
 
 
 @pytest.fixture

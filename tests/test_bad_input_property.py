@@ -118,6 +118,7 @@ def build_and_run(p):
     return rb.simulate(model, control, x0, t_span, **kw)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_input_is_accepted_or_refused_with_its_cause(p):

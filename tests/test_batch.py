@@ -207,6 +207,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_four_host_devices_give_the_same_results_as_one(batch4, lockstep4):
     """Sharded over 4 XLA host devices (jax.shard_map; mode adaptive: one member a device, 2 if vmapped;
     lockstep groups of 8) the results equal this process's single-device run bit for bit:
@@ -238,6 +239,7 @@ def test_four_host_devices_give_the_same_results_as_one(batch4, lockstep4):
     np.testing.assert_allclose(np.asarray(four["implicit"]), np.asarray(four["adaptive"])[:2, -1], rtol=0, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_every_mode_matches_the_paper_reference_over_the_whole_run(paper_ball, reference):
     """All four modes on the paper ball over [0, 20] at the paper's tol 1e-10 against the
     reference solution (own error ~1e-12). Measured max error over all reference times and

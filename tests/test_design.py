@@ -70,6 +70,7 @@ def _all_terms_cost():
     )
 
 
+@pytest.mark.slow
 def test_every_cost_term_gradient_matches_central_differences():
     """Reverse mode (Adam/BFGS route) and forward mode (Levenberg–Marquardt route) vs FD."""
     problem, params = _short_problem()
@@ -271,8 +272,10 @@ def circle_quick(tmp_path_factory):
     return out, _experiment("design_circle_tracking").run(quick=True, out=out, progress=False, plots=False)
 
 
-@pytest.mark.parametrize("name, plots", [("design_ball_target", True), ("design_circle_tracking", False),
-                                         ("design_obstacle", False), ("design_disk_target", False)])
+@pytest.mark.parametrize("name, plots", [pytest.param("design_ball_target", True, marks=pytest.mark.slow),
+                                         pytest.param("design_circle_tracking", False, marks=pytest.mark.slow),
+                                         pytest.param("design_obstacle", False, marks=pytest.mark.slow),
+                                         ("design_disk_target", False)])
 def test_experiment_quick_run_decreases_cost(name, plots, tmp_path, request):
     if name == "design_circle_tracking":
         tmp_path, summary = request.getfixturevalue("circle_quick")
@@ -300,6 +303,7 @@ def test_experiment_quick_run_decreases_cost(name, plots, tmp_path, request):
         assert summary["goals"]["RMS tracking error <= 1e-2 (closed loop)"]["met"]
 
 
+@pytest.mark.slow
 def test_robustness_quick_run_feedback_beats_open_loop(circle_quick, tmp_path):
     """Experiment (e) in its quick form (16 perturbed robots, the quick (b′) design): the
     TVLQR closed loop's 95th-percentile RMS tracking error is below the goal 5e-2 and

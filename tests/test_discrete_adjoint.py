@@ -285,6 +285,7 @@ def test_too_many_steps_raises_naming_max_steps():
     assert np.isinf(float(rb.running_cost(ball, ctl, PAPER_BALL_X0, (0.0, 20.0), **cost, throw=False)))
 
 
+@pytest.mark.slow
 def test_failed_solve_is_visible_in_every_jitted_derivative():
     """Under ``jax.jit`` of a derivative the solve's value is not an output, so a check on
     the value alone is dead code: before, ``jax.jit(jax.grad(f))`` of a solve that ran out
@@ -376,6 +377,7 @@ def test_knot_times_have_zero_derivative_by_construction(kind):
     assert np.max(np.abs(np.asarray(values(g)))) > 1e-3
 
 
+@pytest.mark.slow
 def test_start_and_end_time_derivatives_follow_the_ode():
     """Derivatives with respect to t0 and t1 (``_time_tangents``; they were 0, silently):
     the disk with a swinging mass under a smooth time-dependent control, ∂φ̇(t1)/∂(t0, t1)
@@ -433,6 +435,7 @@ def hessian_problem():
     return gc1, jnp.array([0.1, -0.05, 0.02])
 
 
+@pytest.mark.slow
 def test_hessian_forward_over_reverse_matches_fd_of_gradient(hessian_problem):
     """jax.hessian (forward-over-reverse) of GC₁(5) w.r.t. Ω(0): first row
     (−4.00046, 3.01309, 4.90948) (issue), and every entry vs central differences of the
@@ -455,6 +458,7 @@ def test_hessian_forward_over_reverse_matches_fd_of_gradient(hessian_problem):
     assert rel(H, H.T) < 1e-8  # symmetric to rounding of the discrete map
 
 
+@pytest.mark.slow
 def test_hvp_and_reverse_over_reverse():
     """Hessian-vector product (jvp of grad) and jacrev∘jacrev agree with each other and
     with central differences of the gradient (hanging disk, perturbed, T = 6: a small

@@ -28,9 +28,15 @@ def test_pages_have_examples():
     # The extraction itself must find the examples (a changed fence would skip them all).
     assert len(python_blocks(ROOT / "README.md")) >= 2
     assert sum(len(python_blocks(p)) for p in PAGES) >= 5
+    assert SLOW_PAGES <= {p.name for p in PAGES if python_blocks(p)}  # a renamed page is not silently unmarked
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
+#: pages whose examples take >= 10 s on 2 cores (tests marked slow: tests/conftest.py)
+SLOW_PAGES = {"rigid_bodies.md"}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p
+                                  for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
 def test_code_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
     namespace: dict = {"__name__": "__docs__"}

@@ -279,6 +279,7 @@ def test_error_linearisation_orientation_block(paper_ball, inverted_disk):
     np.testing.assert_allclose(np.asarray(B2), np.asarray(B), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_geometric_tvlqr_rejects_an_orientation_error(paper_ball):
     """The paper ball at rest with its CM above the GC (an inverted pendulum, time constant
     ≈ 1), plan u = 0 over [0, 8], started 0.05 rad off about every body axis. Open loop it

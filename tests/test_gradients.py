@@ -150,6 +150,7 @@ def test_without_jump_times_derivative_error_exceeds_tolerance(radii_angles_refe
     assert rel_err(rev, fwd) <= 1e-10
 
 
+@pytest.mark.slow
 def test_spline_knot_gradient_and_running_cost():
     """Control parameters: d/d(knot values) of a distance-to-target and of a running cost."""
     ball = make_paper_ball()
@@ -186,6 +187,7 @@ def test_state_transition_matrix():
     assert rel_err(stm[1], fd) <= 1e-6
 
 
+@pytest.mark.slow
 def test_backsolve_adjoint_close_to_discrete_gradient():
     """BacksolveAdjoint (not the default) gives the continuous adjoint's gradient through a
     separate backward solve: it differs from the discrete gradient at the tolerance level,

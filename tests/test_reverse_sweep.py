@@ -200,6 +200,7 @@ def test_reverse_pass_is_the_sweep():
         assert "call_hi_primitive" in str(jax.make_jaxpr(traj)(params))  # the check can fail
 
 
+@pytest.mark.slow
 def test_linearize_and_its_transpose():
     """``jax.linearize`` (which optimisers such as optimistix's BFGS use) goes through the
     primitives' ``lin``/``linearized`` rules: the linear map equals ``jax.jvp``, its

@@ -79,6 +79,7 @@ def test_defect_jacobian_matches_finite_differences():
             assert np.max(np.abs(Jn[s_, :, s_ - 1, :] - np.eye(N))) > 1e-3  # a real flow map, not I
 
 
+@pytest.mark.slow
 def test_multiple_shooting_finishes_a_design_single_shooting_does_not():
     """Inverted disk, move the GC to z = 2 and come to rest at T = 40 (growth e^{0.454·40}
     ≈ 8e7). Same cost, same Levenberg–Marquardt, 40 iterations each: single shooting stalls

@@ -205,6 +205,7 @@ def test_results_store(reference, spec_file):
         run_sweep(spec.with_run(chunk=3), out, progress=False)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_gives_identical_results(reference, spec_file, cache_env, tmp_path):
     """SIGKILL a CLI sweep after its first chunk is written; the same command resumes,
     does not recompute that chunk, and the results equal the uninterrupted run."""
@@ -234,6 +235,7 @@ def test_resume_after_kill_gives_identical_results(reference, spec_file, cache_e
     _equal(open_sweep(out), reference[2])
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_identical_results(reference, spec_file, cache_env, tmp_path, monkeypatch):
     """Chunks run on a Dask LocalCluster with two worker processes."""
     pytest.importorskip("distributed")

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rollball_jax import _xla_flags
 
 FLAG = "--xla_cpu_use_fusion_emitters=false"
@@ -81,6 +83,7 @@ def _run(code, env):
     return p.stdout.strip().splitlines()[-1].split()
 
 
+@pytest.mark.slow
 def test_small_loop_option_compiles_the_solve_as_one_kernel_bit_for_bit():
     """With the small-loop option (the package's default) XLA compiles the solve's loops
     that carry Dopri8's stages (a ``(14, 15)`` array) as single kernels (calls marked

@@ -67,6 +67,29 @@ _LAZY_SUBMODULES = ("batch", "design", "checks", "discrete_adjoint", "app")
 _APP_MODULES = ("sweep", "config", "output", "plotting", "sweep_plots")
 
 
+#: The public names: classes and functions re-exported here, then the public submodules
+#: (``batch`` and ``design`` load on first use). The application layer (``app`` and
+#: ``rb.config``, ``rb.sweep``, ...) is left out: it needs the ``app`` extra, and
+#: ``from rollball_jax import *`` must work without it.
+__all__ = [
+    # models, rails, controls, forces, errors
+    "Ball", "Disk",
+    "AbstractRail", "CircleRail", "EllipseRail", "FigureEightRail", "FunctionRail", "RailSet", "SpokeRail",
+    "AbstractControl", "ConstantControl", "CubicSplineControl", "FunctionControl", "PaperStep",
+    "PiecewiseLinearControl",
+    "AbstractForce", "ConstantForce", "FunctionForce",
+    "RollballError", "ModelError", "SimulationError", "ConfigError", "NotTraceableError",
+    # solves, derivatives, contact
+    "Solution", "simulate", "integrate", "VersorProjection", "project_versor",
+    "final_state", "final_gc", "trajectory", "running_cost", "distance_to_target", "state_transition_matrix",
+    "contact_forces", "contact_along", "enable_compilation_cache",
+    # submodules
+    "batch", "checks", "compilation_cache", "contact", "controls", "dae", "design", "discrete_adjoint", "dynamics",
+    "errors", "forces", "geometry", "jacobians", "models", "observables", "projection", "rails", "rigid",
+    "scipy_bridge", "sensitivity", "solve",
+]
+
+
 def __getattr__(name):
     if name in _LAZY_SUBMODULES or name in _APP_MODULES:
         module = _importlib.import_module(f".app.{name}" if name in _APP_MODULES else f".{name}", __name__)

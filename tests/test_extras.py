@@ -22,6 +22,7 @@ SCRIPT = textwrap.dedent(
     import sys, json
     sys.modules[sys.argv[1]] = None          # this dependency of the app extra is "not installed"
     import rollball_jax as rb
+    exec("from rollball_jax import *", {})  # every name of rb.__all__ (batch, design too), without the extra
     out = {"loaded": sorted(m for m in ("typer", "xarray", "zarr", "dask", "matplotlib") if sys.modules.get(m))}
     disk = rb.Disk(1.0, 1.0, 1.0, (0.0, 0.0), 1.0, [1.0], [rb.CircleRail(0.5)])
     x0 = disk.initial_state(theta=[0.3])
@@ -45,7 +46,7 @@ def test_core_works_and_app_names_the_extra_when_a_dependency_is_missing(blocked
     run = subprocess.run([sys.executable, "-c", SCRIPT, blocked], check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert out["loaded"] == []  # import rollball_jax loads none of the app's dependencies
+    assert out["loaded"] == []  # import rollball_jax (and import *) loads none of the app's dependencies
     # the core still solves: φ(1) of a disk with a mass driven at θ̈ = 0.2 is finite and moved
     assert math.isfinite(out["phi"]) and abs(out["phi"]) > 1e-6
     for message in (out["config_error"], run.stderr):

@@ -14,3 +14,6 @@ raises ``ImportError`` naming the extra and the missing modules.
 from .._extras import require as _require
 
 _require("rollball_jax.app (configs, sweeps, result files, plots, the rollball command)")
+
+#: The application layer's modules (``from rollball_jax.app import *`` imports them all).
+__all__ = ["cli", "cli_sweep", "config", "output", "plotting", "sweep", "sweep_plots"]

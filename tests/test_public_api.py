@@ -12,7 +12,7 @@ import types
 import pytest
 
 PACKAGES = ["rollball_jax", "rollball_jax.app", "rollball_jax.batch", "rollball_jax.design",
-            "rollball_jax.dynamics", "rollball_jax.rigid"]
+            "rollball_jax.app.sweep", "rollball_jax.dynamics", "rollball_jax.rigid"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

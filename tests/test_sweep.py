@@ -351,9 +351,9 @@ def test_group_mode_leaf_scan_builds_few_designs(monkeypatch):
     """Which leaves a swept path moves is found from at most three valid values: a path that
     moves no model or control leaf (an initial angle) was scanned over all its values (303
     builds of ~17 ms for n = 300, before anything was solved; found by a code review). The
-    scan is the sweep's internal ``_batched_mask``; nothing is solved."""
+    scan is the sweep's internal ``_plan._batched_mask``; nothing is solved."""
     import rollball_jax.app.config as config
-    from rollball_jax.app import sweep as sw
+    from rollball_jax.app.sweep import _plan
 
     builds = []
     real = config.build_from_mapping
@@ -362,5 +362,5 @@ def test_group_mode_leaf_scan_builds_few_designs(monkeypatch):
                "run": {"mode": "lockstep", "chunk": 64}}
     spec = sweep_from_mapping(mapping, name="scan")
     builds.clear()  # (reading the sweep file builds its first member)
-    mask = sw._batched_mask(spec, spec.table())
+    mask = _plan._batched_mask(spec, spec.table())
     assert mask is not None and not any(mask) and len(builds) <= 4  # the base and three values

@@ -9,7 +9,8 @@
 * The same with forward mode (diffrax ForwardMode, what Levenberg–Marquardt's Jacobian
   uses); forward and reverse agree to 1e-8 relative.
 * Each experiment of experiments/ runs in its quick form (imported, not a subprocess, so
-  compilation is shared) and decreases its cost by a clear factor (≥ 100).
+  compilation is shared), decreases its cost by a clear factor (≥ 100) and meets its goals
+  (those an unconverged quick run cannot reach: within ``QUICK_RUN_BOUNDS``).
 * Optimiser plumbing: Adam and BFGS decrease the cost; a reweighted cost reuses the
   compiled step; input validation.
 """
@@ -272,6 +273,31 @@ def circle_quick(tmp_path_factory):
     return out, _experiment("design_circle_tracking").run(quick=True, out=out, progress=False, plots=False)
 
 
+#: Goals the unconverged quick runs do not reach, with the bound asserted instead (about 10×
+#: the measured value, or halfway to what a run without the goal's cost term gives). Every
+#: other goal of an experiment must be met in its quick run. Measured 2026-12-07: (a) endpoint
+#: 2.2e-3, final speed 1.7e-2; (a′) disk 2.5e-2, 1.4e-2; (c′) clearance −0.038 (the straight
+#: route penetrates the obstacle by 0.5), endpoint 0.155 (target 4 away), final speed 0.41.
+QUICK_RUN_BOUNDS = {
+    "design_ball_target": {"endpoint error <= 1e-3": 2e-2, "final GC speed <= 1e-3": 0.2},
+    "design_disk_target": {"endpoint error <= 1e-3": 0.25, "final GC speed <= 1e-3": 0.15},
+    "design_obstacle": {"no obstacle penetration (clearance >= 0)": -0.2, "endpoint error <= 1e-3": 1.5,
+                        "final GC speed <= 1e-3": 2.0},
+}
+
+
+def _assert_quick_run_goals(name, goals):
+    bounds = QUICK_RUN_BOUNDS.get(name, {})
+    assert set(bounds) <= set(goals), set(bounds) - set(goals)
+    for goal, g in goals.items():
+        if goal not in bounds:
+            assert g["met"], (goal, g)
+        elif g["relation"] == "<=":
+            assert g["value"] <= bounds[goal], (goal, g)
+        else:
+            assert g["value"] >= bounds[goal], (goal, g)
+
+
 @pytest.mark.parametrize("name, plots", [pytest.param("design_ball_target", True, marks=pytest.mark.slow),
                                          pytest.param("design_circle_tracking", False, marks=pytest.mark.slow),
                                          pytest.param("design_obstacle", False, marks=pytest.mark.slow),
@@ -298,9 +324,9 @@ def test_experiment_quick_run_decreases_cost(name, plots, tmp_path, request):
         defect = summary["design_metrics"]["max_defect"]
         assert v["max_state_difference_vs_design_solve"] < min(0.1, 100 * max(defect, 1e-6))
         assert "metrics" in summary["open_loop_verification"] or "failed" in summary["open_loop_verification"]
-    if name == "design_circle_tracking":
-        # quick (b′) (first quarter of the circle): goal met closed loop (RMS 1.9e-3 measured)
-        assert summary["goals"]["RMS tracking error <= 1e-2 (closed loop)"]["met"]
+    # every goal met, or within the quick run's bound; quick (b′) (first quarter of the
+    # circle) meets its RMS goal closed loop (1.9e-3 measured)
+    _assert_quick_run_goals(name, summary["goals"])
 
 
 @pytest.mark.slow

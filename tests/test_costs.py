@@ -26,13 +26,13 @@ TS = np.linspace(0.0, T, 21)
 RTOL = 1e-12
 
 
-def _evaluation(gc_path, theta_dot=(0.0, 0.0, 0.0), Omega=(0.0, 0.0, 0.0), control=None):
-    """Paper ball on a prescribed state path: GC at ``gc_path(t)``, constant θ̇ and Ω."""
+def _evaluation(gc_path, theta_dot=(0.0, 0.0, 0.0), Omega=(0.0, 0.0, 0.0), control=None, q=(1.0, 0.0, 0.0, 0.0)):
+    """Paper ball on a prescribed state path: GC at ``gc_path(t)``, constant θ̇, Ω and versor q."""
     ball = make_paper_ball()
     control = rb.ConstantControl(np.zeros(3)) if control is None else control
     xs = jnp.stack([
         ball.initial_state(theta=[0.0, 2.0369, 0.7044], theta_dot=list(theta_dot), Omega=list(Omega),
-                           z=list(gc_path(t)))
+                           z=list(gc_path(t)), q=list(q))
         for t in TS
     ])
     return Evaluation(ball, control, xs[0], jnp.asarray(TS), xs, ball.observable_context(xs[0]))
@@ -105,6 +105,62 @@ def test_final_rest(equilibrium, hold):
     if hold:
         expected += float(np.sum(np.square(u)))
     _close(term.value(ev), 2.0 * expected)
+
+
+def test_final_heading_of_a_body_axis():
+    """Versor q = (cos α/2, 0, 0, sin α/2): Λ(T) turns body axes by α about e3, so E1 points
+    at α and E2 at α + π/2 (Λ, not Λᵀ: that would give −α). Residual ĥ − (cos ψ, sin ψ):
+    value w·(2 − 2 cos(α − ψ)); heading error wrapped to [0, π]."""
+    alpha, psi = 2.0, -2.5
+    ev = _evaluation(lambda t: (0.0, 0.0), q=(np.cos(alpha / 2), 0.0, 0.0, np.sin(alpha / 2)))
+    term = dz.FinalHeading(psi, weight=3.0)
+    _close(term.value(ev), 3.0 * (2.0 - 2.0 * np.cos(alpha - psi)))
+    _close(term.metrics(ev)["heading_error"], 2.0 * np.pi - (alpha - psi))  # 4.5 rad wraps to 1.78
+    side = dz.FinalHeading(alpha + np.pi / 2, axis=(0.0, 1.0, 0.0))
+    assert float(side.value(ev)) < 1e-28 and float(side.metrics(ev)["heading_error"]) < 1e-14
+
+
+def test_continuity_defects_at_the_given_sample_pairs():
+    """GC at (t², 0) on the 21-sample grid (Δt = 0.1): the pair (j, j + 1) differs by
+    t_j² − t_{j+1}² = −(0.2 t_j + 0.01) in z₁ only: −0.11 at j = 5, −0.25 at j = 12
+    (an index off by one would give −0.09, −0.23)."""
+    ev = _evaluation(lambda t: (t * t, 0.0))
+    term = dz.Continuity((5, 12), weight=7.0)
+    _close(term.value(ev), 7.0 * (0.11**2 + 0.25**2))
+    _close(term.metrics(ev)["max_defect"], 0.25)
+    _close(dz.Continuity((), weight=7.0).value(ev), 0.0)
+
+
+def _rest_evaluation(ball):
+    """``ball`` held at rest at its initial state over [0, T] (contact forces of that state)."""
+    x0 = ball.initial_state()
+    return Evaluation(ball, rb.ConstantControl(np.zeros(0)), x0, jnp.asarray(TS), jnp.stack([x0] * TS.size),
+                      ball.observable_context(x0))
+
+
+def test_contact_feasibility_normal_and_friction_penalties():
+    """Two states whose contact force has a closed form. (i) A shell of mass M, CM below the
+    centre, at rest: N = Mg, no friction; with n_min above Mg the penalty is w·(n_min − Mg)²·T.
+    (ii) A centred ball of moment of inertia I about every axis, pushed by a horizontal force F
+    at its centre while at rest: rolling gives a = F/(M + I/r²) and friction f = I·F/(Mr² + I),
+    N = Mg; with μ at half of f/N the penalty is w·(f − μN)²·T."""
+    M, r, I, g, F = 2.0, 0.5, 0.3, 9.81, 1.5
+    ev = _rest_evaluation(rb.Ball(M, r, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], g, [], []))
+    term = dz.ContactFeasibility(n_min=25.0, mu=0.3, weight=2.0)
+    _close(term.value(ev), 2.0 * (25.0 - M * g) ** 2 * T)
+    metrics = term.metrics(ev)
+    _close(metrics["min_normal"], M * g)
+    _close(metrics["normal_margin"], M * g - 25.0)
+    _close(metrics["friction_margin"], 0.3)  # |F_t| = 0 (to ~1e-150)
+    _close(dz.ContactFeasibility(n_min=15.0, weight=2.0).value(ev), 0.0)
+
+    ev = _rest_evaluation(rb.Ball(M, r, [I, I, I], [0.0, 0.0, 0.0], g, [], [], force=rb.ConstantForce([F, 0.0, 0.0])))
+    f = I * F / (M * r**2 + I)
+    mu = 0.5 * f / (M * g)
+    term = dz.ContactFeasibility(n_min=0.0, mu=mu, weight=2.0)
+    _close(term.value(ev), 2.0 * (f - mu * M * g) ** 2 * T)
+    _close(term.metrics(ev)["max_friction_ratio"], f / (M * g))
+    _close(term.metrics(ev)["min_normal"], M * g)
 
 
 def test_report_equals_the_separate_calls_and_computes_contact_once(monkeypatch):

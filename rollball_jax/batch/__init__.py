@@ -12,11 +12,14 @@ options), see ``docs/batch.md`` for measurements; a name stands for the strategy
 default options (``strategy="lockstep"`` is ``Lockstep()``):
 
 :class:`Adaptive` (default, ``"adaptive"``)
-    ``jax.vmap`` of :func:`rollball_jax.integrate`: every member has its own adaptive
-    step sequence, exactly as a single :func:`rollball_jax.simulate` call with the same
-    settings (results agree to within the tolerance, not bit for bit: see ``docs/batch.md``). Under ``vmap`` the members advance in
-    lockstep: the batch runs as many loop iterations as its slowest member, and every
-    iteration pays for diffrax's per-member control flow.
+    :func:`rollball_jax.integrate` per member: every member has its own adaptive step
+    sequence, exactly as a single :func:`rollball_jax.simulate` call with the same
+    settings. On the CPU with the package's small-loop XLA option (the default) the
+    members are solved one after the other inside one compiled call per device
+    (``lax.map``): the same bits as single solves. Otherwise (other devices, the option
+    off) they are vmapped: results agree with single solves to rounding, not bit for bit,
+    and the members advance together, as many loop iterations as the slowest member
+    (``docs/batch.md``).
 :class:`Lockstep` (``group_size``, ``fast_trig``, ``rolled``)
     The same per-member adaptive stepping (diffrax's default controller: I-control,
     safety 0.9, step factors in [0.2, 10], Hairer's initial step, steps landing on the

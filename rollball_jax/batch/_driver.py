@@ -1,4 +1,6 @@
-"""The driver: :func:`simulate_batch` and its strategies (:class:`Adaptive` via ``jax.vmap``; :class:`Lockstep`/:class:`Shared`/:class:`Fixed` via the structure-of-arrays group loops)."""
+"""The driver: :func:`simulate_batch` and its strategies (:class:`Adaptive`: diffrax per member,
+``lax.map`` on the CPU with the small-loop option, else ``jax.vmap``; :class:`Lockstep`/
+:class:`Shared`/:class:`Fixed`: the structure-of-arrays group loops)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from . import checks
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError, array_namespace, concrete, to_jax
 from .forces import AbstractForce, ConstantForce
-from .rails import CHECK_SAMPLES, AbstractRail, RailSet, SpokeRail
+from .rails import CHECK_SAMPLES, AbstractRail, RailSet
 
 
 def _scalar(x, name):
@@ -223,13 +223,13 @@ def _check_rails_along(model, ts, xs, error=SimulationError, outside=None):
 
 
 def _check_spokes(model, ts, xs):
-    """Raise SimulationError if a mass ran past the end of its spoke rail."""
-    rails = model.rails
-    if not any(isinstance(g, SpokeRail) for g in rails.groups):
+    """Raise SimulationError if a mass ran past an end of its rail (rails with ends: spokes,
+    :meth:`~rollball_jax.rails.AbstractRail.theta_limits`)."""
+    bounded = model.rails.bounded()
+    if not bounded:
         return
     theta = xs[:, : model.n]
-    for masses, spoke in rails.spokes():
-        lim = np.asarray(spoke.limits)
+    for masses, lim in bounded:
         th = theta[:, masses]
         out = (th < lim[:, 0]) | (th > lim[:, 1])
         if np.any(out):

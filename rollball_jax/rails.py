@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -83,8 +83,21 @@ class AbstractRail(eqx.Module):
     """Base class of rails; parameters carry a leading axis of length ``k``.
 
     Subclasses implement :meth:`point` (one row, scalar θ → ζ of shape ``(3,)``) and
-    may override :meth:`point_derivatives` with closed forms.
+    may override :meth:`point_derivatives` with closed forms. Two properties of the curve
+    that code elsewhere needs are declared here, not found by the rail's class:
+    :attr:`periodic` and :meth:`theta_limits`.
     """
+
+    #: ``True`` for a closed curve of period 2π in θ (θ and θ + 2π are the same point, and
+    #: the vector field is 2π-periodic in θ): feedback wraps such angle errors into [−π, π).
+    #: A user's rail is not assumed periodic.
+    periodic: ClassVar[bool] = False
+
+    def theta_limits(self) -> np.ndarray | None:
+        """``(k, 2)`` ends (θ_min, θ_max) a mass must stay between (checked along every
+        solve: :class:`~rollball_jax.errors.SimulationError` past them), or ``None`` for a
+        rail without ends."""
+        return None
 
     @abc.abstractmethod
     def point(self, theta: FloatInput[""]) -> Inexact[Array, "3"]:
@@ -249,6 +262,8 @@ class CircleRail(_PlanarRail):
     that is not proper orthonormal, or inconsistent shapes.
     """
 
+    periodic: ClassVar[bool] = True
+
     radius: Inexact[Array, " k"]
 
     def __init__(self, radius, rotation=None, center=None):
@@ -306,6 +321,8 @@ class EllipseRail(_TwoAxisRail):
     non-positive semi-axes.
     """
 
+    periodic: ClassVar[bool] = True
+
     def planar(self, theta):
         c, s = jnp.cos(theta), jnp.sin(theta)
         z = jnp.zeros_like(theta)
@@ -325,6 +342,8 @@ class FigureEightRail(_TwoAxisRail):
     ``a``, ``b`` ``(k,)`` [length] must be positive; ``rotation``/``center`` as in
     :class:`CircleRail`.
     """
+
+    periodic: ClassVar[bool] = True
 
     def planar(self, theta):
         c, s = jnp.cos(theta), jnp.sin(theta)
@@ -368,6 +387,9 @@ class SpokeRail(AbstractRail):
 
     def point_derivatives(self, theta):
         return self.point(theta), self.direction, jnp.zeros_like(self.direction)
+
+    def theta_limits(self) -> np.ndarray:
+        return np.asarray(self.limits)
 
     def sample(self, num: int = CHECK_SAMPLES) -> np.ndarray:
         s = np.linspace(0.0, 1.0, num)
@@ -520,12 +542,14 @@ class RailSet(eqx.Module):
         pts = np.concatenate([g.sample(num) for g in self.groups])
         return pts[np.asarray(self.order, dtype=int)]
 
-    def spokes(self) -> list[tuple[np.ndarray, SpokeRail]]:
-        """``(mass indices, SpokeRail group)`` pairs, for checking θ stays in the tube."""
+    def bounded(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(mass indices (k,), limits (k, 2))`` of every group whose rails have ends
+        (:meth:`AbstractRail.theta_limits`; spokes), for checking θ stays between them."""
         out, start = [], 0
         positions = np.argsort(np.asarray(self.order, dtype=int))  # group row -> mass
         for g in self.groups:
-            if isinstance(g, SpokeRail):
-                out.append((positions[start : start + g.size], g))
+            limits = g.theta_limits()
+            if limits is not None:
+                out.append((positions[start : start + g.size], np.asarray(limits)))
             start += g.size
         return out

@@ -77,8 +77,10 @@ def test_railset_keeps_mass_order_across_kinds():
     zeta, d1, _ = rs.evaluate(theta)
     np.testing.assert_allclose(zeta, expect, atol=1e-15)
     np.testing.assert_allclose(d1[1], [0, 0, 1.0])
-    masses, spoke = rs.spokes()[0]
-    assert list(masses) == [1]
+    (masses, limits), = rs.bounded()  # the spoke is the only rail with ends
+    assert list(masses) == [1] and limits.tolist() == [[-0.5, 0.5]]
+    assert a.periodic and c.periodic and not b.periodic and b.theta_limits().tolist() == [[-0.5, 0.5]]
+    assert a.theta_limits() is None
 
 
 def test_rail_validation_errors():

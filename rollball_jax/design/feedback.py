@@ -55,7 +55,6 @@ from ..controls import AbstractControl, ConstantControl, _natural_spline_operato
 from ..errors import ModelError, SimulationError, concrete
 from ..geometry import quat_conjugate, quat_multiply
 from ..models import AbstractModel
-from ..rails import CircleRail, EllipseRail, FigureEightRail
 
 
 #: Default tolerances (rtol = atol) and step budget of the Riccati solve (:func:`riccati`,
@@ -141,14 +140,13 @@ def _versor_of(x, k):
 
 def periodic_angles(model: AbstractModel) -> tuple[int, ...]:
     """Indices into the state of the rail angles θ_i whose rail is a closed curve of period
-    2π in θ (:class:`~rollball_jax.rails.CircleRail`, :class:`~rollball_jax.rails.EllipseRail`,
-    :class:`~rollball_jax.rails.FigureEightRail`): θ_i and θ_i + 2π are the same
-    configuration, and the vector field is 2π-periodic in θ_i. Spokes and user
-    (:class:`~rollball_jax.rails.FunctionRail`) rails are not assumed periodic."""
+    2π in θ (:attr:`~rollball_jax.rails.AbstractRail.periodic`: circles, ellipses, figure
+    eights): θ_i and θ_i + 2π are the same configuration, and the vector field is
+    2π-periodic in θ_i. Spokes and user (:class:`~rollball_jax.rails.FunctionRail`) rails
+    are not assumed periodic."""
     if model.n == 0:
         return ()
-    closed = np.concatenate([np.full(g.size, isinstance(g, (CircleRail, EllipseRail, FigureEightRail)))
-                             for g in model.rails.groups])
+    closed = np.concatenate([np.full(g.size, g.periodic) for g in model.rails.groups])
     closed = closed[np.asarray(model.rails.order, dtype=int)]  # group-row order -> mass order
     return tuple(int(i) for i in np.nonzero(closed)[0])
 

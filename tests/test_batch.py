@@ -97,6 +97,39 @@ def test_adaptive_batch_equals_single_solves(batch4):
     assert np.all(res.t_final == T_SPAN[1]) and 0 < res.lockstep_efficiency <= 1
 
 
+def test_a_strategy_solves_the_batch_itself(batch4):
+    """Behaviour lives on the strategy object (``solve_batch``), not in a dispatch on its
+    name: a subclass of Lockstep that also asks for member 2 to be re-solved gets exactly
+    that member re-solved with diffrax (equal to the Adaptive batch's member, which equals
+    a single solve), the others as Lockstep left them; a strategy without ``solve_batch``
+    cannot be built."""
+    models, x0s, adaptive = batch4
+
+    class LockstepAndRecheck(bt.Lockstep):
+        def solve_batch(self, run):
+            res, none = super().solve_batch(run)
+            assert none is None  # Lockstep re-solves nothing
+            return res, np.arange(len(x0s)) == 2
+
+    batched = bt.stack(list(models))
+    kw = dict(ts=TS, rtol=TOL, atol=TOL, control_axis=None)
+    plain = bt.simulate_batch(batched, rb.PaperStep.ball(3), np.asarray(x0s), T_SPAN, strategy=bt.Lockstep(group_size=8), **kw)
+    res = bt.simulate_batch(batched, rb.PaperStep.ball(3), np.asarray(x0s), T_SPAN,
+                            strategy=LockstepAndRecheck(group_size=8), **kw)
+    assert res.refined.tolist() == [False, False, True, False] and np.all(res.ok)
+    np.testing.assert_allclose(res.ys[2], adaptive.ys[2], rtol=0, atol=1e-13)
+    assert np.isnan(res.error_estimate[2]) and res.num_accepted_steps[2] == adaptive.num_accepted_steps[2]
+    keep = [0, 1, 3]
+    np.testing.assert_array_equal(res.ys[keep], plain.ys[keep])
+    assert not np.allclose(plain.ys[2], adaptive.ys[2], rtol=0, atol=1e-15)  # the two routes differ: re-solve seen
+
+    class Incomplete(bt.AbstractBatchStrategy):
+        name = "incomplete"
+
+    with pytest.raises(TypeError):
+        Incomplete()
+
+
 def test_failure_is_isolated_per_member(batch4):
     """Member 1's control blows up at t = 1 (u ∝ 1/(1 − t)): it alone is marked failed,
     with its cause and the time reached; the others equal the successful batch above."""

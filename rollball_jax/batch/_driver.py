@@ -8,6 +8,7 @@ import functools
 import math
 import os
 import time
+import types
 import warnings
 from collections.abc import Sequence
 
@@ -30,7 +31,7 @@ from ._result import STATUS_NONFINITE, STATUS_NONFINITE_FIELD, STATUS_RAIL_LEFT,
 from ._group_field import GroupVectorField
 from ._soa import ExpansionTooLarge, SoAVectorField
 from ._stacking import member, stack
-from ._strategies import AbstractBatchStrategy, Adaptive, Lockstep, as_strategy
+from ._strategies import AbstractBatchStrategy, Adaptive, as_strategy
 
 
 
@@ -264,13 +265,13 @@ def _template(models, controls, control_axis):
     return m, c
 
 
-def _group_size(mode: str, requested: int, B: int, n_devices: int) -> int:
+def _group_size(spans_devices: bool, requested: int, B: int, n_devices: int) -> int:
     """Members per group: a multiple of 8 (XLA's code for odd lengths rounds differently),
-    at most ``requested`` (rounded up). Modes lockstep/fixed: small enough that every
-    device gets work (a member's result does not depend on its group). Mode shared:
+    at most ``requested`` (rounded up). Lockstep/fixed: small enough that every device gets
+    work (a member's result does not depend on its group). Shared (``spans_devices``):
     independent of the device count, because a group shares its steps."""
     up8 = lambda n: max(8, -(-int(n) // 8) * 8)
-    if mode == "shared":
+    if spans_devices:
         return min(up8(requested), up8(B))
     return min(up8(requested), up8(-(-B // n_devices)))
 
@@ -488,70 +489,71 @@ def simulate_batch(
         raise ModelError("save times ts must be non-decreasing and lie within t_span")
     solver = default_solver() if solver is None else solver
     devs = _devices(devices)
-    if mode == "adaptive" and len(devs) > 1 and isinstance(solver, dfx.AbstractImplicitSolver):
+    if strategy.solves_with_diffrax and len(devs) > 1 and isinstance(solver, dfx.AbstractImplicitSolver):
         # Inside jax.shard_map (jax 0.10.2, lineax 0.1.1) an implicit step's linear solve
         # fails: the operator's structure carries the manual mesh's sharding and the
         # vector's does not ("pytree does not match out_structure").
-        warnings.warn(f"{type(solver).__name__} is an implicit solver: mode adaptive runs it on one device "
+        warnings.warn(f"{type(solver).__name__} is an implicit solver: mode {mode} runs it on one device "
                       f"({devs[0]}), not on the {len(devs)} requested (its linear solves fail under "
                       "jax.shard_map); BatchResult.n_devices says 1", RuntimeWarning, stacklevel=2)
         devs = devs[:1]
     start = time.perf_counter()
     refined = np.zeros((B,), dtype=bool)
-    used_dt = None
+    solved = {"dt": None, "group": None}  # what the strategy's run used (reported in BatchResult)
 
-    def adaptive(idx):
+    def adaptive(idx=None):
+        """Members ``idx`` (default: all) with diffrax, one solve each."""
+        idx = np.arange(B) if idx is None else idx
         # every member (the first run): the stacked leaves as they are (an eager gather per leaf cost ~0.5 ms)
         everyone = idx.shape[0] == B and np.array_equal(idx, np.arange(B))
         sub = lambda tree, axis=0: jax.tree.map(lambda a: a[idx] if eqx.is_array(a) else a, tree) if axis == 0 and not everyone else tree
         return _run_adaptive(sub(models), sub(controls, control_axis), control_axis, x0s[idx], ts, t0, t1, solver,
                              rtol, atol, max_steps, dt0, devs, unit)
 
-    if mode == "adaptive":
-        res = adaptive(np.arange(B))
-        group = None
-    else:
-        group = _group_size(mode, strategy.group_size, B, len(devs))
-        mask = list(batched_mask) if batched_mask is not None else _leaf_mask(models, controls, control_axis, B)
-        common = dict(models=models, controls=controls, control_axis=control_axis, ts=ts, t0=t0, t1=t1,
-                      solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0, devices=devs, group=group,
-                      mask=mask, rolled=strategy.rolled, fast_trig=strategy.fast_trig)
-        if mode in ("shared", "lockstep"):
-            res = _run_soa(mode, x0s=x0s, dt=None, unit=unit, **common)
-            # lockstep: every member already has its own steps and status; shared: a failed
-            # group is re-solved member by member.
-            bad = (res["code"] != STATUS_SUCCESS) if mode == "shared" else np.zeros((B,), dtype=bool)
-        else:
-            dt = strategy.dt
-            if dt is None:
-                # Pilot: the first unit of the batch, with the compiled program of the real run.
-                pilot_idx = np.arange(min(B, max(group * len(devs), unit)))
-                sub = lambda tree: jax.tree.map(lambda a: a[pilot_idx] if eqx.is_array(a) else a, tree)
-                pcommon = dict(common, models=sub(models), controls=sub(controls) if control_axis == 0 else controls)
-                kinks_all = np.unique(_kinks(controls, control_axis, B))
+    def common():
+        """Arguments of every group-loop run of this batch (group size and leaf mask found once)."""
+        if solved["group"] is None:
+            solved["group"] = _group_size(strategy.groups_span_devices, strategy.group_size, B, len(devs))
+            solved["mask"] = list(batched_mask) if batched_mask is not None else _leaf_mask(models, controls, control_axis, B)
+        return dict(models=models, controls=controls, control_axis=control_axis, ts=ts, t0=t0, t1=t1,
+                    solver=solver, rtol=rtol, atol=atol, max_steps=max_steps, dt0=dt0, devices=devs,
+                    group=solved["group"], mask=solved["mask"], rolled=strategy.rolled, fast_trig=strategy.fast_trig)
 
-                def run_fixed(d):
-                    n = len(_fixed_grid(t0, t1, d, kinks_all))
-                    cap = 1 << max(6, int(math.ceil(math.log2(n))))
-                    r = _run_soa("fixed", x0s=x0s[pilot_idx], dt=d, unit=unit, grid_capacity=cap, **pcommon)
-                    return r["error_estimate"], r["code"]
+    def group(kind, dt=None):
+        """The whole batch with the group loop ``kind`` (``"lockstep"``, ``"shared"``, ``"fixed"``)."""
+        if kind == "fixed":
+            solved["dt"] = float(dt)
+        return _run_soa(kind, x0s=x0s, dt=dt, unit=unit, **common())
 
-                dt, _ = choose_fixed_dt(run_fixed, t0, t1)
-            used_dt = float(dt)
-            res = _run_soa("fixed", x0s=x0s, dt=dt, unit=unit, **common)
-            bad = (res["code"] != STATUS_SUCCESS) | ~(res["error_estimate"] <= 1.0)
-        # Lockstep has nothing to refine: every member already has its own steps and status.
-        if not isinstance(strategy, Lockstep) and strategy.refine and np.any(bad):
-            idx = np.nonzero(bad)[0]
-            sub = adaptive(idx)
-            for k, v in sub.items():
-                if k == "error_estimate":
-                    continue
-                res[k][idx] = v
-            res["error_estimate"][idx] = np.nan
-            refined[idx] = True
+    def pilot_dt():
+        """Fixed step from a pilot: the first unit of the batch, with the compiled program of the real run."""
+        pcommon = common()
+        pilot_idx = np.arange(min(B, max(pcommon["group"] * len(devs), unit)))
+        sub = lambda tree: jax.tree.map(lambda a: a[pilot_idx] if eqx.is_array(a) else a, tree)
+        pcommon.update(models=sub(models), controls=sub(controls) if control_axis == 0 else controls)
+        kinks_all = np.unique(_kinks(controls, control_axis, B))
+
+        def run_fixed(d):
+            n = len(_fixed_grid(t0, t1, d, kinks_all))
+            cap = 1 << max(6, int(math.ceil(math.log2(n))))
+            r = _run_soa("fixed", x0s=x0s[pilot_idx], dt=d, unit=unit, grid_capacity=cap, **pcommon)
+            return r["error_estimate"], r["code"]
+
+        return choose_fixed_dt(run_fixed, t0, t1)[0]
+
+    res, bad = strategy.solve_batch(types.SimpleNamespace(adaptive=adaptive, group=group, pilot_dt=pilot_dt))
+    if bad is not None and np.any(bad):
+        idx = np.nonzero(bad)[0]
+        sub = adaptive(idx)
+        for k, v in sub.items():
+            if k == "error_estimate":
+                continue
+            res[k][idx] = v
+        res["error_estimate"][idx] = np.nan
+        refined[idx] = True
+    used_dt, group_size = solved["dt"], solved["group"]
     ys = res["ys"]
-    if mode == "adaptive":
+    if strategy.solves_with_diffrax:
         # Non-finite values that diffrax accepted (or left after a failure) → "nonfinite".
         nonfinite = ~np.all(np.isfinite(ys.reshape(B, -1)), axis=1) & (res["code"] == STATUS_SUCCESS)
         res["code"] = np.where(nonfinite, STATUS_NONFINITE, res["code"])
@@ -560,7 +562,7 @@ def simulate_batch(
         ts=ts, ys=ys, x_final=res["x_end"], t_final=res["t_end"], status=res["code"].astype(np.int32),
         num_steps=res["num_steps"].astype(np.int64), num_accepted_steps=res["num_accepted_steps"].astype(np.int64),
         num_rejected_steps=res["num_rejected_steps"].astype(np.int64), error_estimate=res["error_estimate"],
-        refined=refined, mode=mode, strategy=strategy, rtol=float(rtol), atol=float(atol), dt=used_dt, group_size=group,
+        refined=refined, mode=mode, strategy=strategy, rtol=float(rtol), atol=float(atol), dt=used_dt, group_size=group_size,
         n_devices=len(devs), wall_time=time.perf_counter() - start, details=details,
     )
 

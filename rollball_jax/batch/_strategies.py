@@ -7,6 +7,10 @@ options, so no flag of ``simulate_batch`` is meaningful for one strategy only::
     simulate_batch(models, controls, x0s, t_span, strategy=Lockstep(group_size=512))
     simulate_batch(models, controls, x0s, t_span, strategy=Fixed(dt=0.01, refine=False))
 
+The behaviour is the object's too: :meth:`AbstractBatchStrategy.solve_batch` solves the
+batch through the driver's operations and names the members to re-solve one by one, so
+the driver has no branch per strategy (a subclass can change what a strategy does).
+
 The string names (``"adaptive"``, ``"lockstep"``, ``"shared"``, ``"fixed"``) remain as a
 shorthand for a strategy with its default options (:func:`strategy_from_name`, used by the
 sweep configuration files). Measurements: ``docs/batch.md``.
@@ -14,20 +18,38 @@ sweep configuration files). Measurements: ``docs/batch.md``.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
+import numpy as np
 
 from .._typing import RealScalar
 from ..errors import ModelError
+from ._result import STATUS_SUCCESS
 
 
 class AbstractBatchStrategy(eqx.Module):
     """How the members of a batch are advanced. Subclasses: :class:`Adaptive`,
-    :class:`Lockstep`, :class:`Shared`, :class:`Fixed`."""
+    :class:`Lockstep`, :class:`Shared`, :class:`Fixed`.
+
+    Each strategy solves the batch itself (:meth:`solve_batch`) through the driver's
+    operations (``run``: solve members with diffrax, solve the batch with a group loop,
+    choose a fixed step by a pilot run), and says which members the driver re-solves one
+    by one with :class:`Adaptive`."""
 
     name: ClassVar[str]
+    #: the members are solved by diffrax itself (the driver reports the non-finite values
+    #: diffrax accepted, and keeps implicit solvers on one device)
+    solves_with_diffrax: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def solve_batch(self, run) -> tuple[dict, np.ndarray | None]:
+        """``(results, members to re-solve with Adaptive (B,) bool, or None)``. ``run``
+        offers ``run.adaptive()`` (every member with diffrax), ``run.group(kind, dt=None)``
+        (the whole batch with the group loop ``"lockstep"``, ``"shared"`` or ``"fixed"``) and
+        ``run.pilot_dt()`` (a fixed step from a pilot run of the batch's first unit)."""
 
 
 class Adaptive(AbstractBatchStrategy):
@@ -42,6 +64,10 @@ class Adaptive(AbstractBatchStrategy):
     The default."""
 
     name: ClassVar[str] = "adaptive"
+    solves_with_diffrax: ClassVar[bool] = True
+
+    def solve_batch(self, run):
+        return run.adaptive(), None
 
 
 class AbstractGroupStrategy(AbstractBatchStrategy):
@@ -58,6 +84,8 @@ class AbstractGroupStrategy(AbstractBatchStrategy):
         long batches, slower compilation).
     """
 
+    #: groups may hold more members than the batch per device (see :class:`Shared`)
+    groups_span_devices: ClassVar[bool] = False
     group_size: int = 256
     fast_trig: bool = True
     rolled: bool = True
@@ -76,6 +104,10 @@ class Lockstep(AbstractGroupStrategy):
 
     name: ClassVar[str] = "lockstep"
 
+    def solve_batch(self, run):
+        # nothing to re-solve: every member already has its own steps and status
+        return run.group("lockstep"), None
+
 
 class Shared(AbstractGroupStrategy):
     """One adaptive step for the whole group (error norm: the max over the group's members of
@@ -89,7 +121,13 @@ class Shared(AbstractGroupStrategy):
     """
 
     name: ClassVar[str] = "shared"
+    #: a group shares its steps, so its size does not depend on the number of devices
+    groups_span_devices: ClassVar[bool] = True
     refine: bool = True
+
+    def solve_batch(self, run):
+        res = run.group("shared")
+        return res, (res["code"] != STATUS_SUCCESS) if self.refine else None
 
 
 class Fixed(AbstractGroupStrategy):
@@ -108,6 +146,11 @@ class Fixed(AbstractGroupStrategy):
     name: ClassVar[str] = "fixed"
     dt: RealScalar | None = None
     refine: bool = True
+
+    def solve_batch(self, run):
+        res = run.group("fixed", dt=run.pilot_dt() if self.dt is None else self.dt)
+        bad = (res["code"] != STATUS_SUCCESS) | ~(res["error_estimate"] <= 1.0)
+        return res, bad if self.refine else None
 
     def __check_init__(self):
         if self.dt is not None and not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool)

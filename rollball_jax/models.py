@@ -222,7 +222,7 @@ def _check_rails_along(model, ts, xs, error=SimulationError, outside=None):
         raise error(msg)
 
 
-def _check_spokes(model, ts, xs):
+def _check_rail_ends(model, ts, xs):
     """Raise SimulationError if a mass ran past an end of its rail (rails with ends: spokes,
     :meth:`~rollball_jax.rails.AbstractRail.theta_limits`)."""
     bounded = model.rails.bounded()
@@ -235,7 +235,7 @@ def _check_spokes(model, ts, xs):
         if np.any(out):
             k, j = np.argwhere(out)[0]
             raise SimulationError(
-                f"mass {int(masses[j]) + 1} left the end of its spoke rail (θ = {th[k, j]:.6g} outside "
+                f"mass {int(masses[j]) + 1} left the end of its rail (θ = {th[k, j]:.6g} outside "
                 f"[{lim[j, 0]:.6g}, {lim[j, 1]:.6g}]) by t = {ts[k]:.6g}",
                 t_reached=float(ts[k]),
                 cause="rail left",
@@ -395,7 +395,7 @@ class Ball(AbstractModel):
         return jnp.any(_rail_reach(self, x) >= 1.0) if self.n else jnp.asarray(False)
 
     def check_trajectory(self, ts, xs, outside=None):
-        _check_spokes(self, ts, xs)
+        _check_rail_ends(self, ts, xs)
         _check_rails_along(self, ts, xs, outside=outside)
 
 
@@ -553,5 +553,5 @@ class Disk(AbstractModel):
         return jnp.any(_rail_reach(self, x) >= 1.0) if self.n else jnp.asarray(False)
 
     def check_trajectory(self, ts, xs, outside=None):
-        _check_spokes(self, ts, xs)
+        _check_rail_ends(self, ts, xs)
         _check_rails_along(self, ts, xs, outside=outside)

@@ -97,6 +97,6 @@ def test_mass_leaving_spoke_raises():
     ball = _ball(rails=[rb.SpokeRail([1.0, 0.0, 0.0], [-0.5, 0.5])])
     x0 = ball.initial_state(theta=[0.0])
     for span, t_first in (((0.0, 1.3), 1.0 + 0.0013), ((0.0, 2.0), 1.005), ((0.0, 3.0), 1.005)):
-        with pytest.raises(SimulationError, match="left the end of its spoke") as info:
+        with pytest.raises(SimulationError, match="left the end of its rail") as info:
             rb.simulate(ball, rb.ConstantControl([1.0]), x0, span, rtol=1e-8, atol=1e-8)
         assert 1.0 - 1e-9 <= info.value.t_reached <= t_first + 1e-9, (span, info.value.t_reached)

@@ -54,7 +54,7 @@ import numpy as np
 import rollball_jax as rb
 import diffrax as dfx
 
-from rollball_jax import _rk, discrete_adjoint, jacobians
+from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk, jacobians
 
 T_SPAN = (0.0, 20.0)
 TOL = 1e-10

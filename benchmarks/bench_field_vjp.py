@@ -21,7 +21,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from bench_derivatives import paper_ball
-from rollball_jax.discrete_adjoint import model_field
+from rollball_jax._discrete_adjoint import model_field
 
 N_VJP = 715  # the paper ball's replayed stages over [0, 20] at tol 1e-10 (55 steps x 13)
 

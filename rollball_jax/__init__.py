@@ -61,7 +61,7 @@ import importlib as _importlib
 
 #: Submodules imported on first use (``rb.batch.simulate_batch(...)`` works without an
 #: explicit ``import rollball_jax.batch``), so that ``import rollball_jax`` stays light.
-_LAZY_SUBMODULES = ("batch", "design", "checks", "discrete_adjoint", "app")
+_LAZY_SUBMODULES = ("batch", "design", "app")
 #: The application layer (config files, sweeps, result files, plots, CLI) lives in
 #: ``rollball_jax.app``; ``rb.config``, ``rb.sweep``, ... reach it as before.
 _APP_MODULES = ("sweep", "config", "output", "plotting", "sweep_plots")
@@ -84,7 +84,7 @@ __all__ = [
     "final_state", "final_gc", "trajectory", "running_cost", "distance_to_target", "state_transition_matrix",
     "contact_forces", "contact_along", "enable_compilation_cache",
     # submodules
-    "batch", "checks", "compilation_cache", "contact", "controls", "dae", "design", "discrete_adjoint", "dynamics",
+    "batch", "compilation_cache", "contact", "controls", "dae", "design", "dynamics",
     "errors", "forces", "geometry", "jacobians", "models", "observables", "projection", "rails", "rigid",
     "scipy_bridge", "sensitivity", "solve",
 ]

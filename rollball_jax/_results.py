@@ -107,7 +107,7 @@ def checked(y, failed, index, msgs: tuple[str, ...], throw: bool):
     the value is ``y`` unchanged and the derivatives through it (forward and reverse mode)
     are NaN. Applied to a solve's output; a cotangent reaches the solve's inputs only
     through the steps it took, so the discrete adjoint's own derivative rules multiply
-    their results by NaN as well (:func:`rollball_jax.discrete_adjoint.solve`).
+    their results by NaN as well (:func:`rollball_jax._discrete_adjoint.solve`).
 
     Why not ``equinox.branched_error_if`` on the solve's value alone: under ``jax.jit`` of
     a derivative (``jax.grad``, ``jax.jacfwd``) the value is not an output, so its check is

@@ -1,6 +1,6 @@
 """Hand-written reverse sweep: the vector–Jacobian product of the discrete adjoint's replay.
 
-The replay (:mod:`rollball_jax.discrete_adjoint`) is a fixed sequence of explicit
+The replay (:mod:`rollball_jax._discrete_adjoint`) is a fixed sequence of explicit
 Runge–Kutta maps over the recorded steps ``[t_n, t_{n+1}]``, ``n = 0, …, K − 1``:
 
     Y_i = x_n + Σ_{j<i} A_ij k_j,   k_i = h_n f(t_n + c_i h_n, Y_i; p),   x_{n+1} = x_n + Σ_i b_i k_i
@@ -19,7 +19,7 @@ bounded by the steps actually taken, not by ``max_steps``), takes a chunk's stag
 ``Y_i`` from the record (``record.stage_inputs``: the recording pass keeps those of the
 first ``discrete_adjoint.STORED_CHUNKS`` chunks) or recomputes them once (a forward
 pass of ≤ 16 steps from the recorded chunk state), and evaluates each stage's VJP of the field (``vf.vjp`` when the field has one, e.g. a
-model's hand-written one through :class:`rollball_jax.discrete_adjoint.ModelField`;
+model's hand-written one through :class:`rollball_jax._discrete_adjoint.ModelField`;
 else ``jax.vjp``) in its own sequential executor
 (:func:`rollball_jax._executor.own_executor`), with the parameter cotangent as one flat
 vector (one addition per stage instead of one per parameter leaf).
@@ -31,7 +31,7 @@ interpolant applied to its cotangent to those three.
 
 The sweep is a value, not a differentiable program: its own derivatives (second order,
 e.g. ``jax.hessian`` = forward over reverse) are taken of JAX's transpose of the replay
-instead (see :class:`rollball_jax.discrete_adjoint`'s primitives), whose loops are of
+instead (see :class:`rollball_jax._discrete_adjoint`'s primitives), whose loops are of
 static length.
 """
 
@@ -82,7 +82,7 @@ def reverse_sweep(tab: _rk.Tableau, vf, params, record: _rk.Record, ct_saves, ch
     steps = (jnp.pad(record.t_start, (0, pad)), jnp.pad(record.t_end, (0, pad)),
              jnp.pad(record.save_index, (0, pad), constant_values=-1))
 
-    field_vjp = getattr(vf, "vjp", None)  # a model's own VJP (rollball_jax.discrete_adjoint.ModelField)
+    field_vjp = getattr(vf, "vjp", None)  # a model's own VJP (rollball_jax._discrete_adjoint.ModelField)
 
     def vjp_stage(pf, t, y, ct):
         if field_vjp is None:

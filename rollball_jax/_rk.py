@@ -1,6 +1,6 @@
 """Lean explicit Runge–Kutta engine: adaptive forward pass that records its steps.
 
-Used by the discrete adjoint (:mod:`rollball_jax.discrete_adjoint`). The step-size
+Used by the discrete adjoint (:mod:`rollball_jax._discrete_adjoint`). The step-size
 logic reproduces diffrax's ``PIDController`` (integral control, ``icoeff = 1``,
 ``safety = 0.9``, ``factormin = 0.2``, ``factormax = 10``, RMS norm of
 ``error / (atol + rtol·max(|y0|, |y1|))``, first step 0.01 as diffrax 0.7 takes) wrapped in
@@ -318,7 +318,7 @@ class Record(eqx.Module):
     # step at the save time).
     save_step: jax.Array  # (T,) int
     # () bool: the solve failed (did not reach t1, or a save time was never written); the
-    # derivatives of a failed solve are NaN (rollball_jax.discrete_adjoint)
+    # derivatives of a failed solve are NaN (rollball_jax._discrete_adjoint)
     failed: jax.Array
     # (L, chunk, S, N) or None: the stage inputs of the accepted steps of the first L chunks
     # (``adaptive_solve(..., store_chunks=L)``; S = solution_stages), which the reverse sweep

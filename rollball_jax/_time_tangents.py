@@ -1,6 +1,6 @@
 """Derivatives of a solve with respect to its times: the start time ``t0`` and the save times.
 
-The discrete adjoint (:mod:`rollball_jax.discrete_adjoint`) differentiates the recorded
+The discrete adjoint (:mod:`rollball_jax._discrete_adjoint`) differentiates the recorded
 step sequence with the times held fixed. First derivatives with respect to the times come
 from two identities of the ODE ``ẋ = f(t, x)`` instead:
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import jax
 
+__all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir", "ENV_VAR"]
+
 ENV_VAR = "ROLLBALL_JAX_CACHE_DIR"
 
 

@@ -23,8 +23,13 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import FloatInput
 
-from . import checks
+from . import _checks as checks
 from .errors import ModelError, array_namespace, as_float64, concrete, to_device, to_jax
+
+__all__ = [
+    "AbstractControl", "PaperStep", "ConstantControl", "PiecewiseLinearControl", "CubicSplineControl",
+    "FunctionControl"
+]
 
 
 class AbstractControl(eqx.Module):

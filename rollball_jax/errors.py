@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["RollballError", "ModelError", "SimulationError", "ConfigError", "NotTraceableError"]
+
 
 class RollballError(Exception):
     """Base class of every error raised by rollball_jax."""

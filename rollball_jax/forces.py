@@ -13,8 +13,10 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import FloatInput
 
-from . import checks
+from . import _checks as checks
 from .errors import ModelError, as_float64
+
+__all__ = ["AbstractForce", "ConstantForce", "FunctionForce"]
 
 
 class AbstractForce(eqx.Module):

@@ -15,6 +15,11 @@ from jaxtyping import Array, Inexact
 
 from ._typing import FloatInput
 
+__all__ = [
+    "E3", "matvec", "hat", "vee", "quat_multiply", "quat_conjugate", "sharp", "rotation_matrix",
+    "rotation_about_e2", "spherical_to_cartesian", "frisvad_basis", "paper_rail_rotation"
+]
+
 E3 = jnp.array([0.0, 0.0, 1.0])
 
 

@@ -23,11 +23,13 @@ from jaxtyping import Array, Inexact
 
 from ._typing import ArrayInput
 
-from . import checks
+from . import _checks as checks
 from .controls import AbstractControl
 from .errors import ModelError, SimulationError, array_namespace, concrete, to_jax
 from .forces import AbstractForce, ConstantForce
 from .rails import CHECK_SAMPLES, AbstractRail, RailSet
+
+__all__ = ["AbstractModel", "Ball", "Disk"]
 
 
 def _scalar(x, name):
@@ -138,7 +140,7 @@ class AbstractModel(eqx.Module):
         """``(x̄ (N,), model̄, control̄)``: cotangents of the state and of the inexact array
         leaves of the model and the control (``None`` elsewhere, as ``eqx.filter_vjp``) for
         the cotangent ``ct`` ``(N,)`` of :meth:`vector_field`'s value. The reverse sweep of
-        :mod:`rollball_jax.discrete_adjoint` calls it once per replayed stage; this default
+        :mod:`rollball_jax._discrete_adjoint` calls it once per replayed stage; this default
         is ``eqx.filter_vjp`` of :meth:`vector_field`, a model may supply a faster one
         (:class:`Ball`). Only the value is used: derivatives of it are never taken."""
         _, pull = eqx.filter_vjp(lambda x_, mc: mc[0].vector_field(t, x_, mc[1]), x, (self, control))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Inexact
 
+__all__ = ["observables", "energy", "Kinematics", "mass_positions_body", "system_cm_body", "to_spatial"]
+
 
 class Kinematics:
     """θ, θ̇, Λ, Ω and the GC (spatial, (3,)) of one state, from the model's own

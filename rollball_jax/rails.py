@@ -26,9 +26,11 @@ from jaxtyping import Array, Inexact, PyTree
 
 from ._typing import ArrayInput, FloatInput
 
-from . import checks
+from . import _checks as checks
 from .errors import ModelError, array_namespace, as_float64, concrete, to_jax
 from .geometry import matvec, paper_rail_rotation
+
+__all__ = ["AbstractRail", "CircleRail", "EllipseRail", "FigureEightRail", "SpokeRail", "FunctionRail", "RailSet"]
 
 # Number of θ samples used to check that a rail stays inside the ball (and a disk's rails in
 # its x–z plane): over one period for closed rails, between the limits for spokes.

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from . import checks
+from . import _checks as checks
 from ._typing import FloatInput, RealScalar, TimeSpan
 
 from .controls import AbstractControl

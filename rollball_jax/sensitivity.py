@@ -10,7 +10,7 @@ with respect to a derived parametrisation (e.g. the spherical angles ``v`` of
 
 Adjoints (``adjoint=``):
 
-* ``"discrete"`` (default) — the discrete adjoint of :mod:`rollball_jax.discrete_adjoint`:
+* ``"discrete"`` (default) — the discrete adjoint of :mod:`rollball_jax._discrete_adjoint`:
   the forward pass records its accepted steps, the derivative replays exactly those
   steps. Exact derivative of the computed discrete map at any horizon, in forward mode,
   reverse mode and any nesting of them (``jax.hessian``, Hessian-vector products,
@@ -61,12 +61,17 @@ from jaxtyping import Array, Float
 
 from ._typing import FloatInput, RealScalar, TimeSpan
 
-from . import discrete_adjoint
+from . import _discrete_adjoint as discrete_adjoint
 from ._dispatch import float64_arg
 from ._results import raise_if_failed
 from ._time_tangents import with_time_derivatives
 from .errors import ModelError, concrete
 from .solve import DEFAULT_ATOL, DEFAULT_RTOL, REFUSED_ADJOINTS, default_solver, refusal, stepsize_controller
+
+__all__ = [
+    "trajectory", "final_state", "final_gc", "gc_position", "distance_to_target", "running_cost",
+    "state_transition_matrix", "resolve_adjoint", "ADJOINTS"
+]
 
 ADJOINTS = ("discrete", "forward", "backsolve")
 REFUSED = {"recursive": REFUSED_ADJOINTS[dfx.RecursiveCheckpointAdjoint], "direct": REFUSED_ADJOINTS[dfx.DirectAdjoint]}
@@ -123,7 +128,7 @@ def trajectory(
     states there are step ends of the differentiated discrete map; with ``dense=True``
     they are not (only ``ts[-1]`` is): the states there are the solver's dense output on
     the steps of a solve to ``ts[-1]``, accurate to about the tolerance and much cheaper
-    for many save times (see :func:`rollball_jax.discrete_adjoint.solve`; the
+    for many save times (see :func:`rollball_jax._discrete_adjoint.solve`; the
     ``"backsolve"`` route always saves by diffrax's dense output). ``tangent_control``:
     step control that also sees the derivative (needed for derivatives from an
     equilibrium): ``"bound"`` (default) bounds the step by the error the solver would
@@ -199,7 +204,7 @@ def _check_inputs(model, control, x0, ts, rtol, atol, max_steps, times: str = "t
     otherwise surface as a JAX type error from inside the solve); values only when
     concrete (under a transformation the traced values were checked when built).
     ``times``, ``pair``: as :func:`_check_times`."""
-    from . import checks
+    from . import _checks as checks
     from .models import AbstractModel
 
     checks.require_x64("trajectory")

@@ -23,7 +23,7 @@ from jaxtyping import Array
 
 from ._typing import FloatInput, RealScalar, TimeSpan
 
-from . import checks
+from . import _checks as checks
 from .controls import AbstractControl
 from ._dispatch import COMPLEX_MESSAGE, array_jit
 from ._executor import own_executor
@@ -31,6 +31,11 @@ from ._rejection_limit import RejectionLimit
 from ._results import CODES, describe, raise_if_failed, result_code
 from .errors import ModelError, SimulationError, host_only
 from .models import AbstractModel
+
+__all__ = [
+    "simulate", "integrate", "Solution", "default_solver", "stepsize_controller", "DEFAULT_RTOL", "DEFAULT_ATOL",
+    "DEFAULT_MAX_STEPS"
+]
 
 DEFAULT_RTOL = 1e-10
 DEFAULT_ATOL = 1e-10

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import rollball_jax as rb
-from rollball_jax import batch, checks, config
+from rollball_jax import _checks as checks, batch, config
 from rollball_jax.errors import ConfigError, ModelError, SimulationError
 
 from conftest import PAPER_BALL_X0, make_paper_ball, make_paper_disk

@@ -499,7 +499,7 @@ def test_recording_pass_takes_diffrax_steps(example):
     import diffrax as dfx
 
     from conftest import PAPER_DISK_X0, make_paper_disk
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     if example == "ball":
         model, ctl, x0, tol, slack = make_paper_ball(), rb.PaperStep.ball(3), PAPER_BALL_X0, 1e-10, 5
@@ -529,7 +529,7 @@ def test_initial_step_is_diffraxs():
     step. Measured: equal to rounding (≤ 2e-16 relative)."""
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     tab = _rk.Tableau.from_solver(dfx.Dopri8())
     ball = make_paper_ball()
@@ -641,7 +641,7 @@ def test_declared_kinks_are_step_stops(kinks, exact):
     kinks and the error is at the tolerance level (measured: 2e-16 and 9e-16 declared, the
     derivative exact; 2.2e-4 and 5.9e-4 undeclared, at rtol = atol = 1e-4). One kink
     matters: a single jump time must not be dropped as "no jump times"."""
-    from rollball_jax import discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint
 
     ks = jnp.asarray(kinks)
 
@@ -739,7 +739,7 @@ def test_recording_pass_holds_one_copy_of_the_field():
     the jump time not honoured: 50 and 45 rejected, errors 4e-10 and 2e-9)."""
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     calls = []
 
@@ -768,7 +768,7 @@ def test_probe_tolerance_is_ten_times_the_states():
     carried tangent is not the default (the tangent bound is): asked for by name."""
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     ball, ctl, x0 = make_paper_ball(), rb.PaperStep.ball(3), jnp.asarray(PAPER_BALL_X0)
     vf, params = discrete_adjoint.model_field(ball, ctl)
@@ -819,7 +819,7 @@ def test_tangent_bound_sets_the_steps_of_a_state_at_rest():
     [0, 20] instead of 44; found by a break-it trial)."""
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     direction = jnp.asarray(discrete_adjoint._probe_direction(2))
     for solver, t1, tol, rolled, K in ((dfx.Dopri8(), 10.0, 1e-10, True, 1.0), (dfx.Dopri8(), 10.0, 1e-10, False, 1.0),
@@ -858,7 +858,7 @@ def test_tangent_bound_and_carried_tangent_resolve_the_equilibrium():
     else for ``tangent_control`` raises."""
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     disk, x0, omega = _hanging_disk()
     ctl = rb.ConstantControl([0.0])
@@ -896,7 +896,7 @@ def test_dense_output_saves_between_steps():
     steps, 1.1e-9, 6e-16 and 1.9e-10 at 1.3× this test's CPU time.)"""
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
 
     disk = rb.Disk(1.0, 1.0, 1.0, masses=[1.0], rails=[rb.CircleRail(0.9)])
     ctl, x0 = rb.PaperStep.ball(1), jnp.asarray(disk.initial_state(theta=[-1.0]))

@@ -16,7 +16,7 @@ from jax.flatten_util import ravel_pytree
 
 import rollball_jax as rb
 from rollball_jax.design import feedback as fb
-from rollball_jax.discrete_adjoint import model_field
+from rollball_jax._discrete_adjoint import model_field
 
 
 def _rails():

@@ -120,7 +120,7 @@ def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
 
     import diffrax as dfx
 
-    from rollball_jax import _rk, discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint, _rk
     from rollball_jax._reverse_sweep import reverse_sweep
 
     ball, ctl = make_paper_ball(), rb.PaperStep.ball(3)
@@ -252,7 +252,7 @@ def test_sweep_for_other_solvers_and_a_failed_solve(solver_name, dense):
     parameter and the initial state: it was zero before, silently)."""
     import diffrax as dfx
 
-    from rollball_jax import discrete_adjoint
+    from rollball_jax import _discrete_adjoint as discrete_adjoint
 
     def vf(p, t, y):
         return jnp.stack([p["a"] * y[1], -p["b"] * jnp.sin(y[0]) + p["c"][0] * y[1] ** 3 + 0.0 * p["unused"][0]])

@@ -17,6 +17,8 @@ import typer
 
 from ..errors import ConfigError, ModelError, SimulationError
 
+__all__ = ["app", "run", "examples", "show_config"]
+
 app = typer.Typer(
     name="rollball",
     help=(

@@ -21,7 +21,7 @@ from jax import lax
 from jax.sharding import Mesh, PartitionSpec
 
 from .._typing import RealScalar, TimeSpan
-from .. import _xla_flags, checks
+from .. import _checks as checks, _xla_flags
 from ..errors import ModelError, host_only
 from ..models import AbstractModel
 from ..solve import DEFAULT_ATOL, DEFAULT_MAX_STEPS, DEFAULT_RTOL, FORWARD_ONLY, default_solver, integrate

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+__all__ = ["ConditionCheck", "check_condition", "conditions_met"]
+
 
 class ConditionCheck(NamedTuple):
     """One condition checked on a metrics dict."""

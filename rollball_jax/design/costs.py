@@ -31,8 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .. import checks
+from .. import _checks as checks
 from .problem import Evaluation
+
+__all__ = [
+    "AbstractCostTerm", "TargetGC", "FinalRest", "FinalHeading", "TrackPath", "ControlEffort", "Continuity",
+    "RailSpeedBound", "RailAccelBound", "KeepOutDiscs", "ContactFeasibility", "Cost"
+]
 
 _TINY = 1e-300
 #: value given to non-finite residuals (a failed solve) so optimisers reject the step

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .. import checks
+from .. import _checks as checks
 from .._rejection_limit import RejectionLimit
 from .._typing import ArrayInput, FloatInput, RealScalar, TimeSpan
 
@@ -55,6 +55,11 @@ from ..controls import AbstractControl, ConstantControl, _natural_spline_operato
 from ..errors import ModelError, SimulationError, concrete
 from ..geometry import quat_conjugate, quat_multiply
 from ..models import AbstractModel
+
+__all__ = [
+    "linearisation", "tvlqr", "TVLQRControl", "state_weights", "riccati", "error_linearisation", "state_error",
+    "state_retract", "periodic_angles"
+]
 
 
 #: Default tolerances (rtol = atol) and step budget of the Riccati solve (:func:`riccati`,

@@ -53,6 +53,10 @@ from .costs import Cost
 from .problem import DesignProblem, Evaluation
 from .shooting import MultipleShooting
 
+__all__ = [
+    "optimize", "continuation", "DesignResult", "value_and_grad", "cost_report", "levenberg_marquardt", "METHODS"
+]
+
 #: Reduction ratio (actual / predicted) above which an accepted Levenberg–Marquardt step
 #: enlarges the trust region (divides the damping by 3.5). optimistix's default is 0.99, so
 #: the damping stays where the first rejected steps pushed it unless the model is almost

@@ -36,7 +36,9 @@ from ..controls import AbstractControl, CubicSplineControl, PiecewiseLinearContr
 from ..errors import ModelError
 from ..models import AbstractModel
 from ..sensitivity import trajectory
-from ..discrete_adjoint import DEFAULT_TANGENT_CONTROL, tangent_mode
+from .._discrete_adjoint import DEFAULT_TANGENT_CONTROL, tangent_mode
+
+__all__ = ["DesignProblem", "Evaluation"]
 
 if TYPE_CHECKING:
     from ..contact import ContactForces
@@ -221,7 +223,7 @@ class DesignProblem(eqx.Module):
         self.x0 = jnp.asarray(x0, dtype=jnp.float64)
         if self.x0.shape != (model.state_size,):
             raise ModelError(f"x0 must have length {model.state_size}; got shape {self.x0.shape}")
-        from .. import checks
+        from .. import _checks as checks
 
         checks.state(model, self.x0)
         self.horizon = float(horizon)

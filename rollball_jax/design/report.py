@@ -37,6 +37,8 @@ from .costs import (
 from .feedback import tvlqr
 from .shooting import FEEDBACK_REFINE, MultipleShooting
 
+__all__ = ["run_experiment", "print_summary", "write_json", "write_figures"]
+
 
 def _jsonable(x):
     if isinstance(x, dict):

@@ -30,13 +30,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
-from .. import checks
+from .. import _checks as checks
 from .._typing import ArrayInput, RealScalar
 
 from ..errors import ModelError, SimulationError
 from ..sensitivity import trajectory
 from .costs import Continuity
 from .problem import DesignProblem, Evaluation
+
+__all__ = ["MultipleShooting"]
 
 
 @eqx.filter_jit

@@ -27,6 +27,8 @@ from .._typing import RealScalar
 from .costs import Cost
 from .problem import DesignProblem
 
+__all__ = ["verify", "resimulate", "Verification"]
+
 _COMPILED: dict = {}
 
 

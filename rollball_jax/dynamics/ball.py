@@ -17,9 +17,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Inexact
 
 from .._typing import FloatInput
-from ..checks import control_value
+from .._checks import control_value
 from ..geometry import matvec, quat_multiply, rotation_matrix, sharp
 from ._linalg import solve3
+
+__all__ = [
+    "ball_vector_field", "ball_vector_field_vjp", "system_matrix", "BallCore", "ball_field_parts", "ball_kappa",
+    "ball_kappa_vjp"
+]
 
 
 def ball_state_split(x: Inexact[Array, " N"], n: int):

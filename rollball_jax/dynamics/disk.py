@@ -6,8 +6,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Inexact
 
 from .._typing import FloatInput
-from ..checks import control_value
+from .._checks import control_value
 from .ball import all_masses
+
+__all__ = ["disk_vector_field"]
 
 
 def disk_vector_field(t, x: FloatInput[" N"], model, control) -> Inexact[Array, " N"]:

@@ -14,8 +14,8 @@ from jaxtyping import Array, Inexact
 
 from .._typing import ArrayInput
 
-from .. import checks
-from ..checks import positive, principal_moments  # noqa: F401  (shared with the Ball; used as _common.*)
+from .. import _checks as checks
+from .._checks import positive, principal_moments  # noqa: F401  (shared with the Ball; used as _common.*)
 from ..errors import ModelError, concrete
 from ..geometry import quat_multiply, sharp
 

@@ -32,6 +32,11 @@ from .._typing import ArrayInput, FloatInput
 
 from . import _common
 
+__all__ = [
+    "ellipsoid_added_mass", "ellipsoid_inertia", "ellipsoid_coefficients", "prolate_spheroid_coefficients",
+    "carlson_rd"
+]
+
 _DUPLICATIONS = 16  # each step shrinks the spread of (x, y, z) by ~4; the series is O(spread⁶)
 
 

@@ -30,6 +30,8 @@ from ..geometry import rotation_matrix
 from ..models import Ball
 from ..observables import energy as _ball_energy
 
+__all__ = ["ChaplyginBall", "chaplygin_integrals"]
+
 
 def ChaplyginBall(
     m0: ArrayInput,

@@ -20,6 +20,8 @@ from ..geometry import rotation_matrix
 from ..models import AbstractModel
 from . import _common
 
+__all__ = ["FreeRigidBody", "AbstractVersorBody", "euler_rhs"]
+
 
 def euler_rhs(inertia: Inexact[Array, "3"], omega: Inexact[Array, "3"]) -> Inexact[Array, "3"]:
     """(𝕀Ω) × Ω, the right-hand side of 𝕀Ω̇ in (A.11) (−ad*_Ω of the momentum, A.25)."""

@@ -21,6 +21,8 @@ from ..geometry import rotation_matrix
 from . import _common
 from .free_body import AbstractVersorBody, euler_rhs
 
+__all__ = ["HeavyTop"]
+
 
 class HeavyTop(AbstractVersorBody):
     """Heavy top (Putkaradze & Rogers, eqs. A.13–A.16, A.31).

@@ -61,6 +61,8 @@ from ..models import AbstractModel
 from . import _common
 from .wrench import AbstractWrench, as_wrenches, total_potential, total_wrench
 
+__all__ = ["AbstractSE3Body", "Kirchhoff", "NewtonEuler", "Lagrange", "rigid_body_inertia"]
+
 
 def rigid_body_inertia(mass: ArrayInput, inertia: ArrayInput, cm: ArrayInput = (0.0, 0.0, 0.0)) -> Inexact[Array, "6 6"]:
     """Generalised inertia 𝕄 (6, 6) of a rigid body about the body origin O, ordering (linear, angular).

@@ -34,6 +34,8 @@ from ..errors import ModelError, concrete
 from . import _common
 from .free_body import AbstractVersorBody, euler_rhs
 
+__all__ = ["Suslov", "AbstractConstraintVector", "ConstantVector", "FunctionVector"]
+
 
 class AbstractConstraintVector(eqx.Module):
     """ξ(t): ``__call__(t) -> (3,)``, a body-frame vector (need not be unit length)."""

@@ -26,6 +26,8 @@ from .._typing import ArrayInput
 from ..errors import ModelError
 from . import _common
 
+__all__ = ["AbstractWrench", "ConstantWrench", "GravityWrench", "FunctionWrench"]
+
 
 class AbstractWrench(eqx.Module):
     """``(force, torque_about_O)`` in spatial components; ``potential`` of conservative wrenches."""

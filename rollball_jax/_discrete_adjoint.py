@@ -60,7 +60,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import hijax as hx
 
-from . import _rk, checks
+from . import _checks as checks, _rk
 from ._reverse_sweep import reverse_sweep
 from ._executor import own_executor
 from ._rejection_limit import MAX_CONSECUTIVE_REJECTIONS

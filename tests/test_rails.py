@@ -81,6 +81,8 @@ def test_railset_keeps_mass_order_across_kinds():
     assert list(masses) == [1] and limits.tolist() == [[-0.5, 0.5]]
     assert a.periodic and c.periodic and not b.periodic and b.theta_limits().tolist() == [[-0.5, 0.5]]
     assert a.theta_limits() is None
+    # every closed rail kind is periodic (the feedback wraps its angles), a spoke is not
+    assert rb.EllipseRail(0.3, 0.2).periodic and rb.FigureEightRail(0.3, 0.2).periodic
 
 
 def test_rail_validation_errors():
@@ -259,3 +261,20 @@ def test_building_a_model_compiles_no_eager_operations():
         x0 = ball.initial_state(theta=np.linspace(0.0, 1.0, 7))
     assert len(compiled) <= 6, compiled
     assert isinstance(x0, jax.Array) and isinstance(ball.masses, jax.Array) and x0.dtype == np.float64
+
+
+def test_batched_function_rail_has_one_row_of_params_per_mass():
+    """``FunctionRail(batched=True)``: parameters with a leading axis give one rail per row, each
+    evaluated with its own row (here circles of radius r_i in the x–y plane, by hand), and a
+    model takes one mass per row. (Only the refusals of bad batched input were tested before.)"""
+    def circle(th, p):
+        return p["r"] * jnp.array([jnp.cos(th), jnp.sin(th), 0.0])
+
+    radii = np.array([0.3, 0.5])
+    rail = rb.FunctionRail(circle, {"r": radii}, batched=True)
+    assert rail.size == 2
+    theta = np.array([0.4, -1.2])
+    expect = radii[:, None] * np.stack([np.cos(theta), np.sin(theta), np.zeros(2)], axis=-1)
+    np.testing.assert_allclose(rail.zeta(theta), expect, rtol=0, atol=1e-15)
+    ball = rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], masses=[0.1, 0.2], rails=[rail])
+    np.testing.assert_allclose(ball.rails.positions(jnp.asarray(theta)), expect, rtol=0, atol=1e-15)

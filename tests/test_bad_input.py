@@ -508,6 +508,8 @@ def test_user_functions_periods_and_solvers_are_checked_when_given(unchecked_typ
     for kw, match in ((dict(period=(0.0, np.nan)), r"'FunctionRail period\[1\]' must be finite; got nan"),
                       (dict(period=(5.0, 0.0)), r"'period' must satisfy θ_lo < θ_hi; got \(5.0, 0.0\)"),
                       (dict(period=5.0), r"'period' must be \(θ_lo, θ_hi\)"),
+                      (dict(period=(1.0, 1.0)), r"'period' must satisfy θ_lo < θ_hi; got \(1.0, 1.0\)"),
+                      (dict(period=(0.0, 1.0, 2.0)), r"'period' must be \(θ_lo, θ_hi\)"),
                       (dict(params={"a": 1.0}, batched=True), r"batched=True: every leaf .* got shapes \[\(\)\]"),
                       (dict(params={"a": np.ones(2), "b": np.ones(3)}, batched=True), r"got shapes \[\(2,\), \(3,\)\]")):
         with pytest.raises(ModelError, match=match):

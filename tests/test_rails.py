@@ -86,8 +86,13 @@ def test_railset_keeps_mass_order_across_kinds():
 
 
 def test_rail_validation_errors():
-    with pytest.raises(ModelError, match="radius"):
-        rb.CircleRail(-0.1)
+    for radius in (-0.1, 0.0):  # zero is refused too: a point, not a rail
+        with pytest.raises(ModelError, match=r"rail 'radius' must be positive; got \[-?0\.[01]\]"):
+            rb.CircleRail(radius)
+    with pytest.raises(ModelError, match="rail parameter 'radius' contains non-finite values"):
+        rb.CircleRail(np.nan)
+    with pytest.raises(ModelError, match=r"rails\[1\] is not a rail \(got str\)"):
+        rb.RailSet([rb.CircleRail(0.5), "circle"])
     with pytest.raises(ModelError, match="rotation"):
         rb.CircleRail(0.5, rotation=np.diag([1.0, 1.0, -1.0]))
     with pytest.raises(ModelError, match="limits"):
@@ -265,16 +270,19 @@ def test_building_a_model_compiles_no_eager_operations():
 
 def test_batched_function_rail_has_one_row_of_params_per_mass():
     """``FunctionRail(batched=True)``: parameters with a leading axis give one rail per row, each
-    evaluated with its own row (here circles of radius r_i in the x–y plane, by hand), and a
-    model takes one mass per row. (Only the refusals of bad batched input were tested before.)"""
+    evaluated with its own row (here circles of radius r_i about centres c_i in the x–y
+    plane, by hand; the centres are (k, 3), so "one row per mass" is the leading axis, not
+    the last), and a model takes one mass per row. (Only the refusals of bad batched input
+    were tested before.)"""
     def circle(th, p):
-        return p["r"] * jnp.array([jnp.cos(th), jnp.sin(th), 0.0])
+        return p["c"] + p["r"] * jnp.array([jnp.cos(th), jnp.sin(th), 0.0])
 
     radii = np.array([0.3, 0.5])
-    rail = rb.FunctionRail(circle, {"r": radii}, batched=True)
+    centres = np.array([[0.1, 0.0, 0.0], [0.0, -0.2, 0.1]])
+    rail = rb.FunctionRail(circle, {"r": radii, "c": centres}, batched=True)
     assert rail.size == 2
     theta = np.array([0.4, -1.2])
-    expect = radii[:, None] * np.stack([np.cos(theta), np.sin(theta), np.zeros(2)], axis=-1)
+    expect = centres + radii[:, None] * np.stack([np.cos(theta), np.sin(theta), np.zeros(2)], axis=-1)
     np.testing.assert_allclose(rail.zeta(theta), expect, rtol=0, atol=1e-15)
     ball = rb.Ball(1.0, 1.0, [1.0, 1.0, 1.0], masses=[0.1, 0.2], rails=[rail])
     np.testing.assert_allclose(ball.rails.positions(jnp.asarray(theta)), expect, rtol=0, atol=1e-15)

@@ -82,22 +82,24 @@ EVALS_PER_STEP = 13  # Dopri8: 14 stages, first same as last
 N_ERR = 16
 
 
-def paper_ball():
-    rails = [rb.CircleRail.paper(r, v) for r, v in zip([0.95, 0.9, 0.85], V)]
-    return rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0, 1.0, 1.0], rails)
+def paper_ball(pkg=rb):
+    """The paper's ball (section 7), built with the package ``pkg`` (default: this checkout's)."""
+    rails = [pkg.CircleRail.paper(r, v) for r, v in zip([0.95, 0.9, 0.85], V)]
+    return pkg.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0, 1.0, 1.0], rails)
 
 
-def problem(B, seed=0):
-    """B perturbed paper balls (batched model), shared control, initial states (B, 15)."""
+def problem(B, seed=0, pkg=rb):
+    """B perturbed paper balls (batched model), shared control, initial states (B, 15), rail radii;
+    built with the package ``pkg`` (``compare_revisions.py`` passes an earlier revision's)."""
     # separate streams: member i is the same design for every B
     radii = np.random.default_rng([seed, 0]).uniform(*RADII_RANGE, (B, 3))
     theta = np.random.default_rng([seed, 1]).uniform(0.0, 2.0 * np.pi, (B, 3))
-    base = paper_ball()
+    base = paper_ball(pkg)
     batched = jax.tree.map(lambda a: jnp.broadcast_to(a, (B,) + jnp.shape(a)) if eqx.is_array(a) else a, base)
     batched = eqx.tree_at(lambda m: m.rails.groups[0].radius, batched, jnp.asarray(radii))
     x0s = np.tile(X0, (B, 1))
     x0s[:, :3] = theta
-    return batched, rb.PaperStep.ball(3), x0s, radii
+    return batched, pkg.PaperStep.ball(3), x0s, radii
 
 
 def _rss_now_and_reset():

@@ -21,7 +21,7 @@ The last line is ``throughput_ratio_vs_<rev>_<mode>_B<size>: X`` (paired median)
 from __future__ import annotations
 
 import argparse
-import os
+import importlib
 import subprocess
 import sys
 import tarfile
@@ -30,23 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _early_flags(argv):
-    n = os.cpu_count() or 1
-    for i, a in enumerate(argv):
-        if a == "--host-devices" and i + 1 < len(argv):
-            n = int(argv[i + 1])
-        elif a.startswith("--host-devices="):
-            n = int(a.split("=", 1)[1])
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-    if n > 1:
-        flags.append(f"--xla_force_host_platform_device_count={n}")
-    os.environ["XLA_FLAGS"] = " ".join(flags)
-    return n
-
-
-_HOST_DEVICES = _early_flags(sys.argv[1:])
+sys.path.insert(0, str(ROOT))  # this checkout's package, then bench_batch's problem and host-device flags
+sys.path.insert(1, str(ROOT / "benchmarks"))
+import bench_batch  # noqa: E402  (sets XLA_FLAGS from --host-devices before JAX starts)
 
 
 def load_revision(rev: str, workdir: Path):
@@ -59,44 +45,20 @@ def load_revision(rev: str, workdir: Path):
         tar.extractall(workdir, filter="data")
     (workdir / "rollball_jax").rename(workdir / name)
     sys.path.insert(0, str(workdir))
-    import importlib
-
     return importlib.import_module(name)
-
-
-def problem(rb, B):
-    """bench_batch.py's problem, built with the package ``rb``."""
-    import equinox as eqx
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    V = [[0.0, 0.0, 1.0], [np.pi / 2, 0.0, 1.0], [np.pi / 4, np.pi / 4, 1.0]]
-    x0 = np.array([0.0, 2.0369, 0.7044, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0], dtype=float)
-    radii = np.random.default_rng([0, 0]).uniform(0.8, 0.95, (B, 3))
-    theta = np.random.default_rng([0, 1]).uniform(0.0, 2.0 * np.pi, (B, 3))
-    rails = [rb.CircleRail.paper(r, v) for r, v in zip([0.95, 0.9, 0.85], V)]
-    model = rb.Ball(1.0, 1.0, [0.9, 1.0, 1.1], [0.0, 0.0, -0.05], 1.0, [1.0, 1.0, 1.0], rails)
-    model = jax.tree.map(lambda a: jnp.broadcast_to(a, (B,) + jnp.shape(a)) if eqx.is_array(a) else a, model)
-    model = eqx.tree_at(lambda m: m.rails.groups[0].radius, model, jnp.asarray(radii))
-    x0s = np.tile(x0, (B, 1))
-    x0s[:, :3] = theta
-    return model, rb.PaperStep.ball(3), x0s
 
 
 def solver(rb, mode, B, group_size):
     """A no-argument function that runs one batch solve with package ``rb``."""
-    import numpy as np
-
-    bt = rb.batch if hasattr(rb, "batch") else __import__(rb.__name__ + ".batch", fromlist=["batch"])
-    model, control, x0s = problem(rb, B)
-    kw = dict(ts=np.linspace(0.0, 20.0, 21), control_axis=None, rtol=1e-8, atol=1e-8)
+    bt = importlib.import_module(rb.__name__ + ".batch")
+    model, control, x0s, _ = bench_batch.problem(B, pkg=rb)
+    kw = dict(ts=bench_batch.TS, control_axis=None, rtol=bench_batch.TOL, atol=bench_batch.TOL)
     options = {} if mode == "adaptive" else {"group_size": group_size}
     if hasattr(bt, "strategy_from_name"):
         kw["strategy"] = bt.strategy_from_name(mode, **options)
     else:
         kw.update(mode=mode, **options)
-    return lambda: bt.simulate_batch(model, control, x0s, (0.0, 20.0), **kw)
+    return lambda: bt.simulate_batch(model, control, x0s, (bench_batch.T0, bench_batch.T1), **kw)
 
 
 def main(argv=None):
@@ -106,15 +68,13 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=4096, help="batch size B")
     ap.add_argument("--group-size", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=30, help="timed calls per version, alternated")
-    ap.add_argument("--host-devices", type=int, default=_HOST_DEVICES, help="XLA host devices (CPU; default: cores)")
+    ap.add_argument("--host-devices", type=int, default=bench_batch._HOST_DEVICES, help="XLA host devices (CPU; default: cores)")
     args = ap.parse_args(argv)
 
+    import jax
     import numpy as np
 
-    sys.path.insert(0, str(ROOT))
-    import jax
-
-    import rollball_jax as head
+    head = bench_batch.rb
 
     with tempfile.TemporaryDirectory() as tmp:
         old = load_revision(args.rev, Path(tmp))

@@ -115,6 +115,7 @@ def test_vector_field_turning_non_finite_is_named_with_time_and_component():
     assert "vector field not finite at t = 2" in res.causes[1] and "Omega1" in res.causes[1]
 
 
+@pytest.mark.slow
 def test_rejected_steps_in_a_row_end_the_solve():
     """Once the field is NaN (t > 2) every step is rejected: the solve ends after
     ``MAX_CONSECUTIVE_REJECTIONS`` of them with diffrax's ``max_steps_rejected`` at t = 2,
@@ -163,6 +164,7 @@ def _disk_with_force(fn, params):
                    force=rb.FunctionForce(fn, params=jnp.asarray(params)))
 
 
+@pytest.mark.slow
 def test_batch_group_loops_end_a_member_whose_steps_keep_being_rejected():
     """The package's own group loops stop a member (``Lockstep``) or a group (``Shared``)
     after ``MAX_CONSECUTIVE_REJECTIONS`` rejected steps in a row, as diffrax solves do:
@@ -415,6 +417,7 @@ def _circle_xz(th, p):
     return p["r"] * jnp.array([jnp.cos(th), 0.3 * jnp.sin(th), jnp.sin(th)])
 
 
+@pytest.mark.slow
 def test_adaptive_batch_agrees_with_single_solves_within_documented_bound():
     """docs/batch.md: mode 'adaptive' agrees with single solves to within 100·tol (not to
     rounding). Mixed rails, spline control, random F_e; measured max 3.3e-9 at tol 1e-8

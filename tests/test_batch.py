@@ -97,6 +97,7 @@ def test_adaptive_batch_equals_single_solves(batch4):
     assert np.all(res.t_final == T_SPAN[1]) and 0 < res.lockstep_efficiency <= 1
 
 
+@pytest.mark.slow
 def test_a_strategy_solves_the_batch_itself(batch4):
     """Behaviour lives on the strategy object (``solve_batch``), not in a dispatch on its
     name: a subclass of Lockstep that also asks for member 2 to be re-solved gets exactly
@@ -447,6 +448,7 @@ def test_soa_pad_matches_lax_pad():
     assert compared >= 15  # 19 of the 20 drawn configurations are valid (16 with interior, 15 with a crop)
 
 
+@pytest.mark.slow
 def test_soa_self_check_at_first_use_catches_a_wrong_field(monkeypatch):
     """The first lockstep solve of a structure compares the structure-of-arrays field with
     jax.vmap of the model's own field; a field that is off by 1e-6 (relative) is refused
@@ -469,6 +471,7 @@ def test_soa_self_check_at_first_use_catches_a_wrong_field(monkeypatch):
         bt.simulate_batch(models, rb.PaperStep.ball(3), x0s, (0.0, 0.5), **kw)
 
 
+@pytest.mark.slow
 def test_program_past_the_interpreter_budget_runs_by_vmap():
     """A member program too large to scalarise (a shared piecewise-linear control with 5,000
     knots: 20,000 parameter elements, past ``_soa.MAX_SCALARISED_ELEMENTS``) is not given to
@@ -582,6 +585,7 @@ def test_lockstep_initial_step_is_diffraxs_for_every_member():
     assert h[2] == 1e-6 and len(set(h.tolist())) == 3
 
 
+@pytest.mark.slow
 def test_lockstep_error_norm_is_relative_to_the_state(paper_ball, reference):
     """The group loops scale the error by atol + rtol·max(|x0|, |x1|) per component, as diffrax
     does: with rtol ≫ atol and the GC far from the origin (z = (1000, 1000): the motion is the

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import sys, json
@@ -37,6 +39,7 @@ def _run(cache_dir):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_cache_is_off_until_enabled_then_written_and_reused(tmp_path):
     cache = tmp_path / "xla"
     first = _run(cache)

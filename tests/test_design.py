@@ -97,6 +97,7 @@ def test_every_cost_term_gradient_matches_central_differences():
     assert np.max(np.abs(rev - fwd)) <= 1e-8 * np.max(np.abs(rev))
 
 
+@pytest.mark.slow
 def test_adam_and_bfgs_decrease_cost_and_reweighting_reuses_compilation():
     ball = make_paper_ball()
     problem = dz.DesignProblem(ball, PAPER_BALL_X0, 2.0, 3, n_samples=11, rtol=1e-8, atol=1e-8)
@@ -236,6 +237,7 @@ def test_problem_validation_and_parameters():
         dz.Cost(dz.TargetGC((1.0, 0.0))).reweight(Nope=1.0)
 
 
+@pytest.mark.slow
 def test_problem_tangent_control_reaches_the_solve():
     """``DesignProblem(tangent_control=...)`` is the derivative-aware step control of its
     solves (default: the tangent bound). A one-mass disk swinging from θ = −1 over [0, 3]
@@ -298,10 +300,9 @@ def _assert_quick_run_goals(name, goals):
             assert g["value"] >= bounds[goal], (goal, g)
 
 
-@pytest.mark.parametrize("name, plots", [pytest.param("design_ball_target", True, marks=pytest.mark.slow),
-                                         pytest.param("design_circle_tracking", False, marks=pytest.mark.slow),
-                                         pytest.param("design_obstacle", False, marks=pytest.mark.slow),
-                                         ("design_disk_target", False)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name, plots", [("design_ball_target", True), ("design_circle_tracking", False),
+                                         ("design_obstacle", False), ("design_disk_target", False)])
 def test_experiment_quick_run_decreases_cost(name, plots, tmp_path, request):
     if name == "design_circle_tracking":
         tmp_path, summary = request.getfixturevalue("circle_quick")

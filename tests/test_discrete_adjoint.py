@@ -65,6 +65,7 @@ def test_reverse_equals_forward_at_long_horizons(ball_gc1, t1):
     assert abs(float(t_rev) - float(v_rev)) <= 1e-12 and abs(float(t_fwd) - float(v_fwd)) <= 1e-12
 
 
+@pytest.mark.slow
 def test_integrate_is_forward_mode_exact_at_long_horizons_and_refuses_reverse_mode(ball_gc1):
     """``rb.integrate``'s default adjoint is ``diffrax.ForwardMode``. Its forward-mode
     ∂GC₁(200)/∂Ω₁(0) on the paper ball (169 207: a sensitivity of ~1e5) equals the
@@ -98,6 +99,7 @@ def test_integrate_is_forward_mode_exact_at_long_horizons_and_refuses_reverse_mo
     assert np.all(np.isnan(jax.jacfwd(short)(x0, False)))
 
 
+@pytest.mark.slow
 def test_integrate_forward_mode_time_derivatives_follow_the_ode():
     """Forward mode through ``rb.integrate`` (diffrax's own, not the discrete adjoint's
     time identities) w.r.t. its start and end times, paper ball over [0, 5] at tol 1e-10:
@@ -186,6 +188,7 @@ def test_equilibrium_stm_matches_linearised_pendulum():
     assert abs(float(via[2, 3]) - np.sin(omega * 20.0) / omega) > 0.1
 
 
+@pytest.mark.slow
 def test_equilibrium_running_cost_gradient_matches_linearised_pendulum():
     """Same disk at rest: d/dφ̇(0) of ∫₀ᵀ φ dt is ∫₀ᵀ sin(ωt)/ω dt = (1 − cos ωT)/ω² (T = 20),
     by reverse mode through ``running_cost`` with its default (derivative-aware) step control.
@@ -325,6 +328,7 @@ def test_failed_solve_is_visible_in_every_jitted_derivative():
     assert np.all(np.isfinite(g_alone)) and rel(g[0], g_alone) < 1e-13 and np.all(np.isnan(g[1]))  # batched: rounding
 
 
+@pytest.mark.slow
 def test_gradient_of_a_vmapped_solve_equals_the_members_gradients():
     """``jax.grad`` of a ``jax.vmap`` of solves (a batch loss): the shared mass's
     gradient is the sum of the members', each initial state's that of its own solve (to
@@ -559,6 +563,7 @@ def test_initial_step_is_diffraxs():
     assert steps[5] == pytest.approx(1e-9, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_save_time_just_after_a_kink_is_saved():
     """A save time one ulp after a kink time of the control (a spline knot), where the step
     sequence hops over the kink and starts the next step, is saved, not left at zero: the
@@ -588,6 +593,7 @@ def test_save_time_just_after_a_kink_is_saved():
         rb.trajectory(disk, ctl, x_init, jnp.array([0.0, 14.0, after, 15.0]), rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_throw_false_returns_inf_instead_of_raising():
     """``throw=False`` (used by optimisers to reject a trial point): a solve that runs out of
     steps, or whose save time was passed over, returns ``inf`` states instead of raising;
@@ -759,6 +765,7 @@ def test_recording_pass_holds_one_copy_of_the_field():
         assert int(stats["num_rejected_steps"]) <= 2
 
 
+@pytest.mark.slow
 def test_probe_tolerance_is_ten_times_the_states():
     """The probe tangent is held to 10× the state's tolerances (``_rk.TANGENT_TOLERANCE_FACTOR``):
     on the paper ball over [0, 20] at tol 1e-10 the recording pass then takes 55 accepted
@@ -841,6 +848,7 @@ def test_tangent_bound_sets_the_steps_of_a_state_at_rest():
         assert h.max() <= lo * (1 + 1e-9) and h.max() >= 0.8 * lo, (tab.name, rolled, K, h.max() / lo)
 
 
+@pytest.mark.slow
 def test_tangent_bound_and_carried_tangent_resolve_the_equilibrium():
     """The two derivative-aware step controls. The carried tangent
     (``tangent_control="tangent"``, a second state through every stage): the hanging
@@ -885,6 +893,7 @@ def test_tangent_bound_and_carried_tangent_resolve_the_equilibrium():
             rb.final_state(disk, ctl, x0, (0.0, 1.0), tangent_control=bad)
 
 
+@pytest.mark.slow
 def test_dense_output_saves_between_steps():
     """``dense=True``: the save times are not step stops; the states there are Dopri8's dense
     output on the steps of a solve to t1. A one-mass disk under the paper's ramp over
@@ -925,6 +934,7 @@ def test_dense_output_saves_between_steps():
     assert rel(g_rev, jax.jit(jax.grad(path), static_argnums=1)(x0, False)) < 1e-7
 
 
+@pytest.mark.slow
 def test_dense_output_second_order_and_vmap():
     """Through ``dense=True``: ``jax.hessian`` (forward over reverse) equals the central
     difference of the reverse-mode gradient (disk, 31 save times over [0, 3], tol 1e-13,

@@ -31,8 +31,8 @@ def test_pages_have_examples():
     assert SLOW_PAGES <= {p.name for p in PAGES if python_blocks(p)}  # a renamed page is not silently unmarked
 
 
-#: pages whose examples take >= 10 s on 2 cores (tests marked slow: tests/conftest.py)
-SLOW_PAGES = {"rigid_bodies.md"}
+#: pages whose examples take >= 4 s on 2 cores (tests marked slow: tests/conftest.py)
+SLOW_PAGES = {"rigid_bodies.md", "README.md"}
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p

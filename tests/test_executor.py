@@ -7,6 +7,7 @@ import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rollball_jax as rb
 from rollball_jax._executor import own_executor
@@ -20,6 +21,7 @@ def _paper_ball_field():
     return ball, ctl, x0, (lambda t, y: ball.vector_field(t, y, ctl))
 
 
+@pytest.mark.slow
 def test_wrapped_field_gives_the_plain_values_and_derivatives():
     ball, ctl, x0, field = _paper_ball_field()
     wrapped = own_executor(field)

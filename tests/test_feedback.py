@@ -312,6 +312,7 @@ def test_geometric_tvlqr_rejects_an_orientation_error(paper_ball):
     assert np.max(np.abs(plain.xs - closed.xs)) < 1e-5
 
 
+@pytest.mark.slow
 def test_geometric_weights_and_validation(paper_ball, inverted_disk):
     """An (N, N) weight is pulled back along the nominal: w on each of q0…q3 is w/4 on each
     component of δφ, so Q = diag(…, 4, 4, 4, 4, …) and the (N − 1)-weight with 1 on δφ give

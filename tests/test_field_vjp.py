@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.flatten_util import ravel_pytree
 
 import rollball_jax as rb
@@ -123,6 +124,7 @@ class _ScaledVJPBall(rb.Ball):
         return jax.tree.map(lambda a: 2.0 * a, super().vector_field_vjp(t, x, control, ct))
 
 
+@pytest.mark.slow
 def test_reverse_sweep_uses_the_models_vjp():
     """∂z₁(1)/∂Ω(0) by reverse mode with a model whose VJP is doubled differs from the
     true model's at O(1), so the reverse sweep evaluates ``vector_field_vjp`` (that the

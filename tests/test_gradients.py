@@ -67,7 +67,7 @@ def _paper_example_reverse_jacobian(example):
     return model, ctl, x0, tol, flat, build, np.asarray(jax.jit(jax.jacrev(gc))(flat))
 
 
-@pytest.mark.parametrize("example", ["ball", "disk"])
+@pytest.mark.parametrize("example", ["ball", pytest.param("disk", marks=pytest.mark.slow)])
 def test_paper_example_gradient_all_parameters(example):
     """d(final GC)/d(every model parameter and x0): reverse = forward (1e-8) = FD (1e-6)."""
     model, ctl, x0, tol, flat, build, rev = _paper_example_reverse_jacobian(example)
@@ -130,6 +130,7 @@ def test_gradient_grid_with_jump_times(solver, adjoint, radii_angles_reference):
         assert rel_err(jac(p0, tol), radii_angles_reference) <= 1e-6, tol
 
 
+@pytest.mark.slow
 def test_without_jump_times_derivative_error_exceeds_tolerance(radii_angles_reference):
     """The explanation (docs/derivatives.md): with the kinks of (7.11) *not* stepped onto,
     the derivative of the discretised solve is off by far more than with them, and forward
@@ -173,6 +174,7 @@ def test_spline_knot_gradient_and_running_cost():
     assert rel_err(rev, fd) <= 1e-6
 
 
+@pytest.mark.slow
 def test_state_transition_matrix():
     """∂x(t)/∂x(0): identity at t0, and columns equal finite differences at t = 5."""
     ball = make_paper_ball()
@@ -219,6 +221,7 @@ def test_backsolve_adjoint_close_to_discrete_gradient():
     assert rel_err(xs_back, xs_disc) <= 1e-8  # measured 1.7e-10 (both at tol 1e-10)
 
 
+@pytest.mark.slow
 def test_running_cost_values_are_exact_integrals():
     """``running_cost`` returns the integral itself (not another component of the augmented
     state): ∫1 dt = T, ∫t dt = T²/2 and ∫θ̇₁ dt = θ₁(T) − θ₁(0) (the mass's rail angle, from
@@ -238,6 +241,7 @@ def test_running_cost_values_are_exact_integrals():
     assert float(dtheta) == pytest.approx(float(xT[0] - x0[0]), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_eager_calls_reuse_the_compiled_solve():
     """Called outside any trace, ``final_gc``, ``trajectory`` and ``running_cost`` compile once
     per structure (and integrand) and then only run: new states, times and tolerances

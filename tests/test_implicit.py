@@ -45,7 +45,7 @@ def explicit(reference):
     return out
 
 
-@pytest.mark.parametrize("name", ["ball", "disk"])
+@pytest.mark.parametrize("name", [pytest.param("ball", marks=pytest.mark.slow), "disk"])
 def test_kvaerno5_matches_dopri8(name, explicit):
     ts, expected, dopri8, x0 = explicit[name]
     make_model, make_ctl, _ = EXAMPLES[name]

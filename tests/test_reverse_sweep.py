@@ -38,6 +38,7 @@ def _problem(dense=False, ts=TS):
     return traj, params
 
 
+@pytest.mark.slow
 def test_sweep_equals_forward_mode_on_every_save_and_parameter():
     """⟨c, ∂X/∂p⟩ for a seeded random cotangent c on all six save rows (t0's row goes to
     x0 directly): reverse mode (the sweep) vs the contraction of the forward-mode Jacobian
@@ -61,6 +62,7 @@ def test_sweep_equals_forward_mode_on_every_save_and_parameter():
     np.testing.assert_allclose(np.asarray(rev0[2] - rev[2]), np.ones(15), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_sweep_under_vmap_equals_each_member():
     """jax.vmap of the gradient over three initial states: equal to jax.vmap of the
     forward-mode Jacobian (the same batched recording, so the same steps) to 1e-13, and to
@@ -85,6 +87,7 @@ def test_sweep_under_vmap_equals_each_member():
     assert rel(batched[1], batched[0]) > 1e-4 and rel(batched[2], batched[0]) > 1e-4  # the members differ
 
 
+@pytest.mark.slow
 def test_sweep_with_a_step_buffer_that_is_not_whole_chunks():
     """A step buffer (``max_steps``) that is not a whole number of 16-step chunks: paper
     ball over [0, 8], whose recording takes 31 steps (20 accepted, so the last chunk holds
@@ -103,6 +106,7 @@ def test_sweep_with_a_step_buffer_that_is_not_whole_chunks():
     assert rel(small, big) < 1e-14
 
 
+@pytest.mark.slow
 def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
     """The recording pass keeps the stage inputs of its first ``store_chunks`` chunks
     (``record.stage_inputs``; the sweep reads them instead of recomputing them from the
@@ -171,6 +175,7 @@ def test_stored_stage_inputs_are_the_steps_own_and_give_the_recomputed_sweep():
         reverse_sweep(tab, vf, params, dataclasses.replace(rec, stage_inputs=rec.stage_inputs[:, :8]), ct, chunk)
 
 
+@pytest.mark.slow
 def test_dense_sweep_equals_forward_mode():
     """Dense saves (31 save times over [0, 3], several per step: the solve takes 9): the
     sweep's transpose of the interpolant on each containing step (start state, end state,

@@ -135,6 +135,7 @@ def test_kirchhoff_with_gravity_and_buoyancy():
                                atol=budget * q_scale)
 
 
+@pytest.mark.slow
 def test_se3_vmap_and_jacfwd():
     # One compiled function: the three formulations, vmapped over the fluid density ρ (which
     # enters through Lamb's added mass, i.e. Carlson's R_D), differentiated by jvp through

@@ -23,6 +23,7 @@ def _inverted_disk(horizon, n_samples=81, tol=1e-8):
     return disk, x0, prob
 
 
+@pytest.mark.slow
 def test_segments_reproduce_single_shooting_and_defects_vanish():
     """With the nodes taken from one solve of the same controls, the stitched samples equal
     the single-shooting samples (to the solver's tolerance) and the defects are ~0."""
@@ -48,6 +49,7 @@ def test_segments_reproduce_single_shooting_and_defects_vanish():
         dz.MultipleShooting(prob, 3)
 
 
+@pytest.mark.slow
 def test_defect_jacobian_matches_finite_differences():
     """∂defects/∂(knot values, nodes) by forward mode vs central differences (h = 1e-6):
     agreement ~1e-9 measured, bound 1e-6 of the Jacobian's scale."""

@@ -297,6 +297,7 @@ def load_sweep_spec_text(text):
     return sweep_from_mapping(tomllib.loads(text))
 
 
+@pytest.mark.slow
 def test_group_modes_see_every_swept_value_and_each_members_disk_position(tmp_path):
     """Paper disk, grid initial.z = [0, 1] × masses[0].mass = [1 (the base's), −1 (invalid),
     2], mode lockstep. Found by a fresh-user trial: the group modes decided which leaves a

@@ -14,7 +14,7 @@ import pytest
 
 import rollball_jax as rb
 from rollball_jax import design as dz
-from rollball_jax import rigid
+from rollball_jax import rails, rigid
 from rollball_jax.models import AbstractModel
 
 
@@ -24,6 +24,7 @@ from rollball_jax.models import AbstractModel
         (rb.AbstractControl, "__call__"),
         (rb.AbstractForce, "__call__"),
         (rb.AbstractRail, "point"),
+        (rails._PlanarRail, "planar"),  # the private base of circles, ellipses and figure eights
         (AbstractModel, "vector_field"),
         (dz.AbstractCostTerm, "raw_residuals"),
         (rigid.AbstractConstraintVector, "__call__"),

@@ -99,8 +99,12 @@ def test_rail_validation_errors():
         rb.SpokeRail([1.0, 0, 0], [0.5, -0.5])
     with pytest.raises(ModelError, match="rows"):
         rb.EllipseRail([0.1, 0.2], [0.1, 0.2, 0.3])
-    with pytest.raises(ModelError, match="shape"):
-        rb.FunctionRail(lambda th, p: jnp.array([th, th]))
+    # too few, too many and a column of three: only shape (3,) is a point (a "< (3,)" check
+    # would let the last two through)
+    for fn in (lambda th, p: jnp.array([th, th]), lambda th, p: jnp.array([th, th, th, th]),
+               lambda th, p: jnp.array([[th], [th], [th]])):
+        with pytest.raises(ModelError, match=r"FunctionRail fn must return shape \(3,\), got"):
+            rb.FunctionRail(fn)
     with pytest.raises(ModelError, match="'radius' must be numeric"):
         rb.CircleRail("0.5")
 

@@ -1,5 +1,6 @@
 """Rails: closed-form ζ′, ζ″ against autodiff and finite differences; grouping; validation."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -190,26 +191,66 @@ def test_max_distance_closed_forms():
     np.testing.assert_allclose(spoke.max_distance(), [np.hypot(0.5, 0.3), 0.8], rtol=1e-12)
 
 
-def test_max_distance_refines_the_true_peak_between_samples():
-    # Two bumps of |ζ|: a broad one of height 1 centred on a sample and a narrow one of
+@pytest.mark.parametrize("lo, at", [(0.0, 3000.5), (1.0, 3000.5), (0.0, 0.3)])
+def test_max_distance_refines_the_true_peak_between_samples(lo, at):
+    # Bumps of |ζ|: three broad ones of height 1 centred on samples and a narrow one of
     # height 1.05 centred half-way between samples, whose best samples (0.985) are lower
-    # than the broad bump's four highest samples (≥ 0.9986). The narrow bump must be one of the refined local
-    # maxima: selecting peaks by one neighbour only, or refining the highest samples
-    # instead of the highest peaks, returns ~1.0 instead of 1.05.
+    # than each broad bump's highest sample (1.0). The narrow bump is the fourth highest
+    # sampled local maximum and must be one of the (up to 4) refined ones: selecting peaks by
+    # one neighbour only, refining the highest samples instead of the highest peaks, or
+    # fewer than four peaks, returns ~1.0 instead of 1.05. On a θ-range starting at lo = 1
+    # the sample spacing is still (hi − lo)/4096 (hi + lo refines 1.5 rad away); a narrow
+    # peak 0.3 samples after lo (sampled at 1.026) is found from the first sample only (its
+    # left neighbour counts as −∞; the second sample is lower, so not a local maximum).
     num = 4097
     h = 2 * np.pi / (num - 1)
-    c1, c2 = 1000 * h, 3000.5 * h
+    broad, c2 = np.array([400, 1000, 1600]) * h, at * h
     s1, s2 = 40 * h, h
 
     def fn(t, p):
-        r = 0.5 + 0.5 * jnp.exp(-0.5 * ((t - c1) / s1) ** 2) + 0.55 * jnp.exp(-0.5 * ((t - c2) / s2) ** 2)
+        r = (0.5 + 0.5 * jnp.sum(jnp.exp(-0.5 * ((t - lo - broad) / s1) ** 2))
+             + 0.55 * jnp.exp(-0.5 * ((t - lo - c2) / s2) ** 2))
         return jnp.array([r, 0.0, 0.0])
 
-    rail = rb.FunctionRail(fn)
+    rail = rb.FunctionRail(fn, period=(lo, lo + 2 * np.pi))
     samples = np.linalg.norm(rail.sample()[0], axis=-1)
-    assert samples.max() < 1.0 + 1e-12  # the samples alone miss the true maximum
-    true_max = 0.5 + 0.55 + 0.5 * np.exp(-0.5 * ((c2 - c1) / s1) ** 2)
+    true_max = 0.5 + 0.55 + 0.5 * np.sum(np.exp(-0.5 * ((c2 - broad) / s1) ** 2))
+    assert samples.max() < true_max - 0.02  # the samples alone miss the true maximum
+    if at > 1:
+        assert samples.max() < 1.0 + 1e-12  # ... and the narrow bump's are below the broad ones'
     np.testing.assert_allclose(rail.max_distance(), [true_max], rtol=1e-12)
+
+
+def test_rail_parameter_shapes_types_and_traced_values():
+    """Found by mutation testing (each line kills a mutant of ``_rows``): the trailing shape
+    must match exactly, a (1, 2) and a (1, 4) centre are refused (a ``<`` or ``>`` tuple
+    comparison passes one of them); booleans count as numbers (0/1), as in the package's
+    other checks, objects do not; a rail built inside ``jax.jit`` (traced parameters, shaped
+    with ``jnp``) gives the points of the same rail built outside."""
+    for c in ([[0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0]]):
+        with pytest.raises(ModelError, match=r"'center' must have shape \(3,\) or"):
+            rb.CircleRail(0.5, center=c)
+    flags = rb.CircleRail(0.5, center=np.array([True, False, False]))
+    np.testing.assert_array_equal(np.asarray(flags.center), [[1.0, 0.0, 0.0]])
+    with pytest.raises(ModelError, match="'center' must be numeric"):
+        rb.CircleRail(0.5, center=[0.0, None, 0.0])
+    th = jnp.array([0.7, -1.2])
+    r, c = jnp.array([0.5, 0.3]), jnp.array([0.1, -0.2, 0.05])
+    inside = jax.jit(lambda r, c: rb.CircleRail(r, center=c).derivatives(th))(r, c)
+    outside = rb.CircleRail(r, center=c).derivatives(th)
+    for u, v in zip(inside, outside):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=0, atol=1e-15)
+    # a rotation without its trailing (3, 3) is named as such, not counted as rows (a
+    # mismatch with the radii would then be reported instead)
+    with pytest.raises(ModelError, match=r"'rotation' must have shape \(3, 3\)"):
+        rb.CircleRail([0.5, 0.6], rotation=np.eye(3)[0])
+    # the paper frames are compiled, so a rail built under jit has bit-identical frames
+    # (op by op they differ by up to ~5e-11 near n_z = -1, where 1/(1 + n_z) amplifies rounding)
+    gen = np.random.default_rng(11)
+    v = gen.standard_normal((20, 3))
+    v[:10, 2] = -20.0 * np.abs(v[:10, 2])
+    jitted = jax.jit(jax.vmap(lambda vi: rb.CircleRail.paper(0.5, vi).rotation[0]))(jnp.asarray(v))
+    np.testing.assert_array_equal(np.asarray(jitted), np.asarray(rb.CircleRail.paper(np.full(20, 0.5), v).rotation))
 
 
 def test_abstract_rail_cannot_be_built():

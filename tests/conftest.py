@@ -85,7 +85,7 @@ def _memory_maps() -> tuple[int, int] | None:
         return None
 
 
-# Two tiers. The tests marked ``slow`` (those that took >= 4 s on 2 cores, 2026-12-07:
+# Two tiers. The tests marked ``slow`` (those that took >= 4 s on 2 cores, 2026-12-08:
 # the experiments' quick runs, the tests that start other processes, the heavier
 # derivative, batch and design checks; kept in the default tier although as long are
 # first-line checks: the paper ball's gradient against finite differences, reverse =

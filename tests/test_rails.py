@@ -222,11 +222,13 @@ def test_max_distance_refines_the_true_peak_between_samples(lo, at):
 
 
 def test_rail_parameter_shapes_types_and_traced_values():
-    """Found by mutation testing (each line kills a mutant of ``_rows``): the trailing shape
-    must match exactly, a (1, 2) and a (1, 4) centre are refused (a ``<`` or ``>`` tuple
-    comparison passes one of them); booleans count as numbers (0/1), as in the package's
-    other checks, objects do not; a rail built inside ``jax.jit`` (traced parameters, shaped
-    with ``jnp``) gives the points of the same rail built outside."""
+    """Found by mutation testing (each check kills mutants of ``_rows``, ``_count`` or
+    ``_paper_rotations``): the trailing shape must match exactly, a (1, 2) and a (1, 4)
+    centre are refused (a ``<`` or ``>`` tuple comparison passes one of them); booleans
+    count as numbers (0/1), as in the package's other checks, objects do not; a rail built
+    inside ``jax.jit`` (traced parameters, shaped with ``jnp``) gives the points of the same
+    rail built outside; a rotation missing its (3, 3) tail is named as a bad shape; the paper
+    frames are the same bits under ``jit`` as outside."""
     for c in ([[0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0]]):
         with pytest.raises(ModelError, match=r"'center' must have shape \(3,\) or"):
             rb.CircleRail(0.5, center=c)
